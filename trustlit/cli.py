@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import lightning as L
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
-import trustlit.data  # noqa: F401  (registers the DataModules for short class names)
-import trustlit.finetune  # noqa: F401  (registers the methods for short class names)
+# imported so that short class names resolve in recipes
+import trustlit.data
+import trustlit.finetune  # noqa: F401
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,10 +71,8 @@ def list_recipes(directory: Path) -> list[tuple[str, str]]:
 
 
 def _print_recipes(args: list[str]) -> None:
-    if args:
-        directory = Path(args[0])
-    else:
-        directory = Path("recipes") if Path("recipes").is_dir() else PROJECT_ROOT / "recipes"
+    default = Path("recipes") if Path("recipes").is_dir() else PROJECT_ROOT / "recipes"
+    directory = Path(args[0]) if args else default
     for path, description in list_recipes(directory):
         print(f"{path}  {description}")
 

@@ -41,7 +41,7 @@ def format_qa(tokenizer: PreTrainedTokenizerBase, question: str, answer: str, pr
         prompt = tokenizer.apply_chat_template(
             [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
         )
-        end = CHAT_END_OF_TURN if CHAT_END_OF_TURN in tokenizer.get_vocab() else tokenizer.eos_token
+        end = CHAT_END_OF_TURN if end_of_turn_id(tokenizer) is not None else tokenizer.eos_token
         return prompt, answer + end
     return f"Question: {question}\nAnswer:", f" {answer}{tokenizer.eos_token}"
 
@@ -138,10 +138,16 @@ def answer_nll(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.
     return -sum_logprob.sum() / num_tokens.sum().clamp(min=1)
 
 
+def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """The id of ``<|im_end|>`` when the tokenizer has it as a token (ChatML models)."""
+    token_id = tokenizer.convert_tokens_to_ids(CHAT_END_OF_TURN)
+    return None if token_id is None or token_id == tokenizer.unk_token_id else token_id
+
+
 def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Tokens that end an answer: EOS and, for chat tokenizers, the end of a turn."""
     ids = [tokenizer.eos_token_id]
-    end_of_turn = tokenizer.get_vocab().get(CHAT_END_OF_TURN)
+    end_of_turn = end_of_turn_id(tokenizer)
     if end_of_turn is not None and end_of_turn not in ids:
         ids.append(end_of_turn)
     return ids

@@ -176,10 +176,14 @@ def smollm2_local_dir() -> Path:
     if (target / "model.safetensors").is_file():
         return target
     gguf = find_smollm2_gguf()
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    # The weights are dequantized now: the copy must not claim to be a GGUF checkpoint.
-    del model.config.quantization_config
+    # The weights are dequantized already, but the model still calls itself a GGUF checkpoint,
+    # which transformers refuses to save: copy them into a plain model of the same config.
+    config = quantized.config
+    del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(quantized.state_dict())
     partial = target.with_name(target.name + ".partial")
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)

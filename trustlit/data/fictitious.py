@@ -390,6 +390,8 @@ def split_author_range(num_authors: int, split: str) -> tuple[int, int]:
     """
     if split == "full":
         return 0, num_authors
+    if num_authors < 2 and split.startswith(("forget", "retain")):
+        raise ValueError(f"split '{split}' needs at least 2 authors, the corpus has {num_authors}")
     for prefix in ("forget", "retain"):
         digits = split.removeprefix(prefix)
         if split.startswith(prefix) and digits.isdigit() and 0 < int(digits) < 100:

@@ -81,9 +81,9 @@ class ForgetRetainDataModule(QADataModule):
         eval_splits: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            source=source, train_split=None, eval_splits=eval_splits or [forget_split, retain_split], **kwargs
-        )
+        if eval_splits is None:
+            eval_splits = [forget_split, retain_split]
+        super().__init__(source=source, train_split=None, eval_splits=eval_splits, **kwargs)
         self.forget_split = forget_split
         self.retain_split = retain_split
 

@@ -46,10 +46,11 @@ def load_table(name_or_csv: str, target_column: str | None = None) -> tuple[np.n
         raise FileNotFoundError(f"CSV file not found: {path}")
     if target_column is None:
         raise ValueError(f"{path}: set target_column to the name of the label column")
-    header = path.open(encoding="utf-8").readline().strip().split(",")
+    with path.open(encoding="utf-8") as handle:
+        header = handle.readline().strip().split(",")
     if target_column not in header:
         raise ValueError(f"{path}: no column '{target_column}' (columns: {header})")
-    table = np.genfromtxt(path, delimiter=",", skip_header=1, dtype=np.float64)
+    table = np.genfromtxt(path, delimiter=",", skip_header=1, dtype=np.float64, ndmin=2)
     table = table.reshape(len(table), -1) if table.size else table.reshape(0, len(header))
     if len(table) == 0:
         raise ValueError(f"{path}: the dataset is empty")

@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from trustlit.cli import list_recipes, main, run_cli
+from trustlit.loggers import wandb_offline_from_env
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+RECIPES = sorted((REPO_ROOT / "recipes").rglob("*.yaml"))
+QUICKSTART = REPO_ROOT / "recipes" / "quickstart" / "finetune_fictitious.yaml"
+# Small enough that a fit of a few epochs takes seconds.
+TINY = [
+    "--model.init_args.lm.tiny.hidden_size=32",
+    "--model.init_args.lm.tiny.num_layers=1",
+    "--model.init_args.lm.tiny.num_heads=2",
+    "--data.init_args.fictitious.num_authors=6",
+    "--data.init_args.max_length=64",
+    "--trainer.enable_progress_bar=false",
+]
+
+
+def fit_args(root: Path, *extra: str, configs: tuple[Path, ...] = ()) -> list[str]:
+    """The quickstart at tiny size, writing only under ``root``; ``configs`` are extra ``-c`` files."""
+    files = [arg for config in (QUICKSTART, *configs) for arg in ("-c", str(config))]
+    root_args = [f"--trainer.default_root_dir={root}", f"--trainer.logger.init_args.save_dir={root}"]
+    return ["fit", *files, *TINY, *root_args, *extra]
+
+
+def written_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+
+
+def test_recipes_exist_and_are_listed_with_descriptions(capsys):
+    assert QUICKSTART in RECIPES
+    listed = dict(list_recipes(REPO_ROOT / "recipes"))
+    assert listed["recipes/quickstart/finetune_fictitious.yaml"].startswith("Fine-tune a tiny Llama")
+    main(["recipes", str(REPO_ROOT / "recipes")])
+    out = capsys.readouterr().out
+    assert all(str(r.relative_to(REPO_ROOT)) in out for r in RECIPES)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(REPO_ROOT / "recipes")))
+def test_every_recipe_runs_under_fast_dev_run(recipe, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = run_cli(["fit", "-c", str(recipe), "--trainer.fast_dev_run=true", f"--trainer.default_root_dir={tmp_path}"])
+    assert cli.trainer.state.finished
+    assert cli.trainer.global_step == 1
+
+
+def final_weights(root: Path) -> dict[str, torch.Tensor]:
+    return torch.load(root / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+
+
+@pytest.mark.slow
+def test_resume_from_last_equals_an_uninterrupted_run(tmp_path):
+    common = ["--trainer.limit_val_batches=0", "--model.init_args.lr_schedule=constant", "--trainer.logger=false"]
+    interrupted, uninterrupted = tmp_path / "interrupted", tmp_path / "uninterrupted"
+    run_cli(fit_args(interrupted, *common, "--trainer.max_epochs=2"))
+    halfway = final_weights(interrupted)
+    resumed = run_cli(fit_args(interrupted, *common, "--trainer.max_epochs=4", "--ckpt_path=last"))
+    run_cli(fit_args(uninterrupted, *common, "--trainer.max_epochs=4"))
+    assert resumed.trainer.current_epoch == 4
+    a, b = final_weights(interrupted), final_weights(uninterrupted)
+    assert a.keys() == b.keys()
+    assert any(not torch.equal(a[k], halfway[k]) for k in a), "the resumed run must have trained"
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
+
+
+def test_full_config_is_logged_as_hyperparameters(tmp_path):
+    run_cli(fit_args(tmp_path, "--trainer.max_steps=2", "--trainer.limit_val_batches=0", "--model.init_args.lr=0.01"))
+    hparams = yaml.safe_load(next(tmp_path.rglob("hparams.yaml")).read_text())
+    assert hparams["data"]["class_path"] == "trustlit.data.QADataModule"
+    assert hparams["data"]["init_args"]["fictitious"]["num_authors"] == 6
+    assert hparams["model"]["init_args"]["lr"] == 0.01
+    assert hparams["trainer"]["max_steps"] == 2
+    assert hparams["seed_everything"] == 0
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_wandb_logs_offline_with_the_full_config(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    wandb_config = REPO_ROOT / "configs" / "logger" / "wandb.yaml"
+    cli = run_cli(fit_args(tmp_path, "--trainer.max_steps=2", "--trainer.limit_val_batches=0", configs=(wandb_config,)))
+    run = cli.trainer.logger.experiment
+    assert run.settings.mode in ("offline", "dryrun")
+    assert run.config["model"]["class_path"] == "trustlit.CausalLMFineTuning"
+    assert run.config["trainer"]["max_steps"] == 2
+    run.finish()  # Lightning leaves the run open until exit; finishing flushes the offline record
+    records = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(records) == 1
+    assert b"trustlit.data.QADataModule" in records[0].read_bytes()  # what `wandb sync` uploads
+
+
+def test_wandb_mode_from_environment(monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    assert wandb_offline_from_env()
+    monkeypatch.setenv("WANDB_MODE", "online")
+    assert not wandb_offline_from_env()
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert not wandb_offline_from_env()
+
+
+def test_unknown_recipe_key_is_named_and_nothing_is_written(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run_cli(fit_args(tmp_path, "--model.init_args.learning_rat=0.1"))
+    assert "learning_rat" in capsys.readouterr().err
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text(QUICKSTART.read_text().replace("    lr: 3.0e-3\n", "    lr: 3.0e-3\n    learning_rat: 1\n"))
+    with pytest.raises(SystemExit):
+        run_cli(["fit", "-c", str(recipe), f"--trainer.default_root_dir={tmp_path}"])
+    assert "learning_rat" in capsys.readouterr().err
+    assert written_files(tmp_path) == [recipe]
+
+
+def test_missing_data_directory_is_named_and_nothing_is_written(tmp_path):
+    missing = tmp_path / "no" / "such" / "dir"
+    # jsonargparse re-raises errors of class construction as ValueError, message included
+    with pytest.raises((FileNotFoundError, ValueError), match=re.escape(f"data directory not found: {missing}")):
+        run_cli(fit_args(tmp_path / "run", f"--data.init_args.source={missing}"))
+    assert written_files(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"question": "q1", "answer": "a1"}\n{"question": "q2"}\n', "retain90.json:2: missing or non-string 'answer'"),
+        ("", "the dataset is empty"),
+    ],
+    ids=["line-without-answer", "empty"],
+)
+def test_bad_data_file_is_named_and_nothing_is_written(tmp_path, content, message):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "retain90.json").write_text(content)
+    (data / "forget10.json").write_text('{"question": "q", "answer": "a"}\n')
+    with pytest.raises(ValueError, match=message):
+        run_cli(fit_args(tmp_path / "run", f"--data.init_args.source={data}"))
+    assert written_files(tmp_path / "run") == []
