@@ -22,9 +22,12 @@ import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
+import trustlit.classifiers
+
 # imported so that short class names resolve in recipes
 import trustlit.data
-import trustlit.finetune  # noqa: F401
+import trustlit.finetune
+import trustlit.privacy  # noqa: F401
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,0 +1,73 @@
+"""Small classifiers for tabular batches ``(x, y, index)``: the models DP recipes train."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trustlit.privacy.dpsgd import PerSampleLossModule
+
+
+class MLPClassifier(PerSampleLossModule):
+    """A ReLU multilayer perceptron trained with cross-entropy; logs ``{stage}/acc``.
+
+    Args:
+        num_features, num_classes: input width and number of classes.
+        hidden_sizes: widths of the hidden layers (``[]`` is multinomial logistic regression).
+        optimizer: ``sgd`` (DP-SGD's usual choice) or ``adam``.
+        lr, momentum: optimiser settings (momentum for SGD only).
+        weight_decay: L2 penalty (weight_decay/2)*||theta||^2 written as :meth:`regularizer`, so
+            it also reaches the update under DPSGD.
+    """
+
+    def __init__(
+        self,
+        num_features: int = 64,
+        num_classes: int = 10,
+        hidden_sizes: list[int] | None = None,
+        optimizer: Literal["sgd", "adam"] = "sgd",
+        lr: float = 0.1,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adam', got '{optimizer}'")
+        if num_features < 1 or num_classes < 2:
+            raise ValueError(f"need num_features >= 1 and num_classes >= 2, got {num_features}, {num_classes}")
+        self.save_hyperparameters()
+        widths = [num_features, *(hidden_sizes if hidden_sizes is not None else [64])]
+        layers: list[nn.Module] = []
+        for width_in, width_out in itertools.pairwise(widths):
+            layers += [nn.Linear(width_in, width_out), nn.ReLU()]
+        self.net = nn.Sequential(*layers, nn.Linear(widths[-1], num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def per_sample_losses(self, batch: Any) -> torch.Tensor:
+        x, y = batch[0], batch[1]
+        return F.cross_entropy(self(x), y, reduction="none")
+
+    def regularizer(self) -> torch.Tensor:
+        return 0.5 * self.hparams.weight_decay * sum(p.pow(2).sum() for p in self.parameters())
+
+    def _accuracy(self, batch: Any, stage: str) -> None:
+        x, y = batch[0], batch[1]
+        accuracy = (self(x).argmax(dim=1) == y).float().mean()
+        self.log(f"{stage}/acc", accuracy, prog_bar=True, batch_size=len(y))
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._accuracy(batch, "val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._accuracy(batch, "test")
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        if self.hparams.optimizer == "adam":
+            return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=self.hparams.momentum)
