@@ -1,5 +1,7 @@
 """Differential privacy: DP-SGD for any LightningModule, private multi-class SVMs, mechanisms."""
 
 from trustlit.privacy.dpsgd import DPSGD, PerSampleLossModule
+from trustlit.privacy.mechanisms import analytic_gaussian_sigma, classic_gaussian_sigma
+from trustlit.privacy.pmsvm import PMSVM
 
-__all__ = ["DPSGD", "PerSampleLossModule"]
+__all__ = ["DPSGD", "PMSVM", "PerSampleLossModule", "analytic_gaussian_sigma", "classic_gaussian_sigma"]

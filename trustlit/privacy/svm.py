@@ -93,7 +93,9 @@ def _check_problem(X, y, num_classes: int, lam: float) -> tuple[np.ndarray, np.n
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2, got {num_classes}")
     if y.min() < 0 or y.max() >= num_classes:
-        raise ValueError(f"labels must lie in [0, {num_classes - 1}] (num_classes={num_classes}), got [{y.min()}, {y.max()}]")
+        raise ValueError(
+            f"labels must lie in [0, {num_classes - 1}] (num_classes={num_classes}), got [{y.min()}, {y.max()}]"
+        )
     if not (math.isfinite(lam) and lam > 0):
         raise ValueError(f"lam (λ) must be a finite number > 0, got {lam}")
     return X, y.astype(np.int64)
@@ -140,9 +142,7 @@ def _liblinear(X: np.ndarray, labels: np.ndarray, C: float, tol: float, max_iter
     return model.coef_
 
 
-def fit_crammer_singer(
-    X, y, num_classes: int, lam: float, tol: float = 1e-10, max_iter: int = 1_000_000
-) -> np.ndarray:
+def fit_crammer_singer(X, y, num_classes: int, lam: float, tol: float = 1e-10, max_iter: int = 1_000_000) -> np.ndarray:
     """argmin_W F(W) (see the module docstring), as a float64 array [num_classes, d].
 
     Solved by liblinear's Crammer–Singer dual coordinate descent with C = 1/(nλ) to tolerance

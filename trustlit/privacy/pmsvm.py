@@ -1,0 +1,271 @@
+"""PMSVM: differentially private all-in-one (Crammer–Singer) multi-class SVM, and its baselines.
+
+Park, Choi & Lee, "Multi-Class Support Vector Machine with Differential Privacy", NeurIPS 2025
+(arXiv:2510.04027; code: github.com/JinseongP/private_multiclass_svm). One-vs-rest and
+one-vs-one SVMs query every sample once per binary classifier, so under composition each of
+the c classifiers gets ε/c; an all-in-one SVM reads every sample once, in one optimisation.
+The model is linear, scores s = W x with W ∈ R^{c×d} (``self.linear.weight``, ``PMSVM.W``),
+and predicts argmax_k s_k. ``mechanism`` selects how W is made private:
+
+- ``weight`` (**PMSVM-WP**, weight perturbation): W = argmin_W F(W) + N(0, σ² I) with
+  F(W) = λ/2 ||W||_F² + (1/n) Σ_i max(0, 1 + max_{k≠y_i} w_k·x_i − w_{y_i}·x_i), solved
+  exactly, Δ = 2√2/(nλ) (derivation and comparison with the paper's code in
+  :mod:`trustlit.privacy.svm`) and σ the analytic Gaussian calibration for (ε, δ)
+  (:func:`~trustlit.privacy.mechanisms.analytic_gaussian_sigma`, Balle & Wang 2018).
+- ``gradient`` (**PMSVM-GP**, SGD) and ``adaptive_gradient`` (**PMSVM-AGP**, Adam): minimise
+  mean_i ℓ_h(W x_i, y_i) + μ ||W||_F² with the smoothed hinge
+  ℓ_h(s, y) = h · log Σ_k exp((m_k + s_k − s_y)/h) (m_k = 1 for k ≠ y, m_y = 0;
+  :func:`~trustlit.privacy.svm.smoothed_crammer_singer_loss`). The privacy comes from the
+  :class:`~trustlit.privacy.dpsgd.DPSGD` callback (per-sample clipping, Gaussian noise,
+  accounting), which also holds the budget: its ``target_epsilon`` / ``target_delta``, not this
+  module's ``epsilon`` / ``delta``. **Without the callback these train non-privately** (a
+  warning says so). μ ||W||² reads no data and is added after clipping and noise.
+- ``ovr_classic`` / ``ovr_analytic``: the one-vs-rest baseline, c binary hinge SVMs each
+  released with Δ = 2/(nλ) at (ε/c, δ/c), with the classic (σ = Δ sqrt(2 ln(1.25 c/δ)) c/ε)
+  or the analytic calibration.
+- ``non_private``: the exact Crammer–Singer solution, no noise (the upper baseline).
+
+**The exact mechanisms** (``weight``, ``ovr_*``, ``non_private``) make no gradient steps:
+``training_step`` collects the batches ``(x, y, index)`` of one epoch (refusing any row with
+||x|| > 1 + 1e-6; bound rows with ``TabularDataModule(row_norm="clip" | "normalize")``), and
+at the last batch of the first epoch solves on all of them, adds the noise and writes the
+released W into ``self.linear.weight``, so checkpoints hold only the released model (the
+noiseless solution is never stored). The release happens at the last batch rather than in
+``on_train_epoch_end`` because Lightning validates and checkpoints before that hook runs. It
+logs ``dp/epsilon``, ``dp/delta``, ``dp/sigma`` and ``dp/sensitivity`` (per binary classifier
+for ``ovr_*``; ``non_private`` logs ``dp/sigma`` = 0 and the sensitivity only).
+
+The release happens **once**: a buffer ``released`` (saved in checkpoints) marks it, training
+then stops, and further epochs, resumed runs or a second ``fit`` never solve or add noise again
+(that would spend the budget twice); build a new module to release again. n (the number of
+collected rows: all training rows, unless ``limit_train_batches`` or ``fast_dev_run`` cut the
+epoch), d and c are treated as public. The exact mechanisms run on one process
+(``devices=1``) and refuse the DPSGD callback. Each collected batch takes one no-op optimiser
+step, so ``global_step`` counts batches and checkpointing works as usual.
+
+The released noise comes from ``numpy.random.default_rng(seed)``: ``seed=None`` (default)
+draws fresh OS entropy; a fixed seed makes experiments reproducible but lets anyone who knows
+it subtract the noise. ``seed_everything`` does not touch it. Caveats shared with most DP
+code: the guarantee assumes the exact minimiser, and liblinear stops at a tolerance of 1e-10
+(the remaining error is many orders below σ but is not accounted); and floating-point
+Gaussian samples are not exactly Gaussian (Mironov, CCS 2012).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import nn
+
+from trustlit.privacy.dpsgd import DPSGD, PerSampleLossModule
+from trustlit.privacy.svm import (
+    check_row_norms,
+    crammer_singer_sensitivity,
+    fit_crammer_singer,
+    release_crammer_singer,
+    release_one_vs_rest,
+    smoothed_crammer_singer_loss,
+)
+
+Mechanism = Literal["weight", "gradient", "adaptive_gradient", "ovr_classic", "ovr_analytic", "non_private"]
+EXACT_MECHANISMS = ("weight", "ovr_classic", "ovr_analytic", "non_private")
+GRADIENT_MECHANISMS = ("gradient", "adaptive_gradient")
+
+
+class PMSVM(PerSampleLossModule):
+    """A private linear multi-class SVM; see the module docstring for the mechanisms and formulas.
+
+    Args:
+        mechanism: ``weight`` (PMSVM-WP), ``gradient`` (PMSVM-GP), ``adaptive_gradient``
+            (PMSVM-AGP), ``ovr_classic``, ``ovr_analytic`` or ``non_private``.
+        num_features, num_classes: d and c (public; 64 and 10 fit ``digits``).
+        epsilon, delta: the (ε, δ) budget of the output-perturbation mechanisms (``weight``,
+            ``ovr_*``); ε > 0, δ in (0, 1). The gradient mechanisms take theirs from DPSGD.
+        lam: λ > 0 of the exact mechanisms' objective. Not from the paper: its released code
+            passes LinearSVC's C = 1 (λ = 1/n); larger λ means less noise (Δ ∝ 1/λ) and more bias.
+        mu: μ >= 0, the weight of μ ||W||_F² in the gradient mechanisms' loss.
+        smoothing: h > 0 of the smoothed hinge (h = 1, the softmax-like smoothing of the
+            authors' gradient code; smaller h is closer to the hinge).
+        lr: learning rate of SGD (``gradient``) or Adam (``adaptive_gradient``).
+        seed: seed of the released noise (None: fresh entropy; see the module docstring).
+    """
+
+    def __init__(
+        self,
+        mechanism: Mechanism = "weight",
+        num_features: int = 64,
+        num_classes: int = 10,
+        epsilon: float = 1.0,
+        delta: float = 1e-5,
+        lam: float = 0.01,
+        mu: float = 1e-3,
+        smoothing: float = 1.0,
+        lr: float = 0.1,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        allowed = EXACT_MECHANISMS + GRADIENT_MECHANISMS
+        if mechanism not in allowed:
+            raise ValueError(f"mechanism must be one of {allowed}, got '{mechanism}'")
+        if num_features < 1 or num_classes < 2:
+            raise ValueError(
+                f"num_features must be >= 1 and num_classes >= 2, got num_features={num_features}, "
+                f"num_classes={num_classes}"
+            )
+        checks = (
+            ("epsilon", epsilon, "> 0", epsilon > 0),
+            ("delta", delta, "in the open interval (0, 1)", 0 < delta < 1),
+            ("lam", lam, "> 0", lam > 0),
+            ("mu", mu, ">= 0", mu >= 0),
+            ("smoothing", smoothing, "> 0", smoothing > 0),
+            ("lr", lr, "> 0", lr > 0),
+        )
+        for key, value, valid_range, ok in checks:
+            if not (ok and math.isfinite(value)):
+                raise ValueError(f"{key} must be a finite number {valid_range}, got {value}")
+        self.save_hyperparameters()
+        self.linear = nn.Linear(num_features, num_classes, bias=False)
+        nn.init.zeros_(self.linear.weight)
+        self.register_buffer("released", torch.zeros((), dtype=torch.bool))
+        self.automatic_optimization = mechanism in GRADIENT_MECHANISMS
+        self._collected: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._release_log: dict[str, float] | None = None
+
+    @property
+    def exact(self) -> bool:
+        """Whether the mechanism solves exactly and releases once (``weight``, ``ovr_*``, ``non_private``)."""
+        return self.hparams.mechanism in EXACT_MECHANISMS
+
+    @property
+    def W(self) -> nn.Parameter:
+        """The weights W ∈ R^{c×d} (``self.linear.weight``); for exact mechanisms the released ones."""
+        return self.linear.weight
+
+    def _check_width(self, x: torch.Tensor) -> None:
+        if x.ndim != 2 or x.shape[1] != self.hparams.num_features:
+            raise ValueError(
+                f"PMSVM(num_features={self.hparams.num_features}) got features of shape {tuple(x.shape)}: "
+                "set num_features to the data's width"
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Scores x Wᵀ, shape [B, c]."""
+        self._check_width(x)
+        return self.linear(x)
+
+    def per_sample_losses(self, batch: Any) -> torch.Tensor:
+        x, y = batch[0], batch[1]
+        return smoothed_crammer_singer_loss(self(x), y, self.hparams.smoothing)
+
+    def regularizer(self) -> torch.Tensor:
+        return self.hparams.mu * self.linear.weight.pow(2).sum()
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    def setup(self, stage: str) -> None:
+        if stage != "fit":
+            return
+        has_dpsgd = any(isinstance(callback, DPSGD) for callback in self.trainer.callbacks)
+        mechanism = self.hparams.mechanism
+        if self.exact and has_dpsgd:
+            raise ValueError(
+                f"PMSVM(mechanism='{mechanism}') is private by output perturbation and solves exactly: remove the "
+                "DPSGD callback (it is for mechanism='gradient' or 'adaptive_gradient')"
+            )
+        if self.exact and self.trainer.world_size > 1:
+            raise ValueError(
+                f"PMSVM(mechanism='{mechanism}') solves on all training data in one process: run with devices=1 "
+                f"(world size is {self.trainer.world_size})"
+            )
+        if not self.exact and not has_dpsgd:
+            rank_zero_warn(
+                f"PMSVM(mechanism='{mechanism}') is training without the DPSGD callback: the model is NOT private"
+            )
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        if self.hparams.mechanism == "adaptive_gradient":
+            return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        if self.hparams.mechanism == "gradient":
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+        # exact mechanisms: a no-op optimiser (no gradient is ever computed, lr 0), stepped once per
+        # collected batch so that global_step advances and checkpoints are saved
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    def on_train_start(self) -> None:
+        if self.exact and bool(self.released):
+            self.trainer.should_stop = True  # released already (resumed run or second fit): never again
+
+    # -- exact mechanisms: collect, solve once, release -------------------------------------
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
+        if not self.exact:
+            return super().training_step(batch, batch_idx)
+        if bool(self.released):
+            return None
+        x, y = batch[0].detach(), batch[1].detach()
+        self._check_width(x)
+        if len(y) and (int(y.min()) < 0 or int(y.max()) >= self.hparams.num_classes):
+            raise ValueError(
+                f"PMSVM(num_classes={self.hparams.num_classes}) got labels in [{int(y.min())}, {int(y.max())}]: "
+                "set num_classes to the number of classes"
+            )
+        check_row_norms(x)
+        self._collected.append((x.cpu(), y.cpu()))
+        self.optimizers().step()
+        if batch_idx + 1 == self.trainer.num_training_batches:
+            self._release()
+        return None
+
+    def on_train_epoch_end(self) -> None:
+        if self.exact and not bool(self.released) and self._collected:
+            self._release()  # an iterable loader of unknown length: release at the epoch's end
+        if self._release_log is not None:
+            for key, value in self._release_log.items():
+                self.log(key, value)
+            self._release_log = None
+
+    def _release(self) -> None:
+        X = torch.cat([x for x, _ in self._collected]).double().numpy()
+        y = torch.cat([y for _, y in self._collected]).numpy()
+        self._collected = []
+        hp = self.hparams
+        rng = np.random.default_rng(hp.seed)
+        if hp.mechanism == "weight":
+            release = release_crammer_singer(X, y, hp.num_classes, hp.lam, hp.epsilon, hp.delta, rng)
+        elif hp.mechanism in ("ovr_classic", "ovr_analytic"):
+            calibration = "classic" if hp.mechanism == "ovr_classic" else "analytic"
+            release = release_one_vs_rest(X, y, hp.num_classes, hp.lam, hp.epsilon, hp.delta, calibration, rng)
+        else:
+            release = None
+        if release is None:
+            weights = fit_crammer_singer(X, y, hp.num_classes, hp.lam)
+            self._release_log = {"dp/sigma": 0.0, "dp/sensitivity": crammer_singer_sensitivity(len(y), hp.lam)}
+        else:
+            weights = release.weights
+            self._release_log = {
+                "dp/epsilon": release.epsilon,
+                "dp/delta": release.delta,
+                "dp/sigma": release.sigma,
+                "dp/sensitivity": release.sensitivity,
+            }
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.as_tensor(weights, dtype=self.linear.weight.dtype))
+        self.released.fill_(True)
+        self.trainer.should_stop = True
+
+    # -- evaluation ------------------------------------------------------------------------
+
+    def _accuracy(self, batch: Any, stage: str) -> None:
+        x, y = batch[0], batch[1]
+        accuracy = (self(x).argmax(dim=1) == y).float().mean()
+        self.log(f"{stage}/acc", accuracy, prog_bar=True, batch_size=len(y))
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._accuracy(batch, "val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._accuracy(batch, "test")
