@@ -216,18 +216,13 @@ def test_target_epsilon_is_met_and_not_exceeded():
     assert callback.noise_multiplier > 0
 
 
-class StepCounter(L.Callback):
-    def on_train_end(self, trainer, pl_module):
-        self.global_step = trainer.global_step
-
-
 def mlp_update(callback: DPSGD, batch_size: int = 8) -> tuple[list[torch.Tensor], int]:
     torch.manual_seed(0)
     module = MLPClassifier(num_features=NUM_FEATURES, num_classes=NUM_CLASSES, hidden_sizes=[4], lr=1.0)
     before = [p.detach().clone() for p in module.parameters()]
-    counter = StepCounter()
-    trainer(callback, counter).fit(module, Data(batch_size=batch_size))
-    return [b - p.detach() for b, p in zip(before, module.parameters(), strict=True)], counter.global_step
+    run = trainer(callback)
+    run.fit(module, Data(batch_size=batch_size))
+    return [b - p.detach() for b, p in zip(before, module.parameters(), strict=True)], run.global_step
 
 
 @pytest.mark.parametrize(
@@ -255,9 +250,7 @@ def test_resume_continues_the_accounting(tmp_path):
         torch.manual_seed(0)
         callback = DPSGD(noise_multiplier=1.0, accountant="rdp")
         checkpoint = L.pytorch.callbacks.ModelCheckpoint(dirpath=root, save_last=True)
-        run = trainer(
-            callback, checkpoint, max_steps=-1, max_epochs=max_epochs, enable_checkpointing=True
-        )
+        run = trainer(callback, checkpoint, max_steps=-1, max_epochs=max_epochs, enable_checkpointing=True)
         run.fit(PlainClassifier(), Data(), ckpt_path=ckpt_path)
         return callback
 
@@ -285,21 +278,109 @@ def test_the_callback_leaves_the_module_as_it_found_it():
     assert getattr(module.linear.weight, "grad_sample", None) is None, "hooks must be removed after fit"
 
 
-@pytest.mark.slow
-def test_ddp_on_two_processes_keeps_ranks_in_sync_and_accounts_like_one(tmp_path):
+def run_ddp(out: Path, mode: str) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     subprocess.run(
-        [sys.executable, str(REPO_ROOT / "tests" / "ddp_dpsgd.py"), str(tmp_path)],
+        [sys.executable, str(REPO_ROOT / "tests" / "ddp_dpsgd.py"), str(out), mode],
         check=True,
         env=env,
-        cwd=tmp_path,
+        cwd=out,
         timeout=300,
     )
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.slow
+def test_ddp_on_two_processes_keeps_ranks_in_sync_and_accounts_like_one(tmp_path):
+    ranks = run_ddp(tmp_path, "train")
     assert ranks[0]["params"] == ranks[1]["params"]
     assert ranks[0]["initial"] != ranks[0]["params"], "training must move the parameters"
+    assert ranks[0]["steps"] == ranks[1]["steps"] == 2 * 6, "every rank takes every step, empty batches included"
+    seen = [i for rank in ranks for batch in rank["seen"][:6] for i in batch]
+    assert not set(ranks[0]["seen"][0]) & set(ranks[1]["seen"][0]), "ranks sample disjoint shards"
+    assert 10 < len(seen) < 90, "6 Poisson steps at q = 1/6 over 48 samples draw about 48"
     accountant = create_accountant("rdp")
     accountant.history = [(1.0, ranks[0]["sample_rate"], ranks[0]["steps"])]
     assert ranks[0]["epsilon"] == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-6)
     assert ranks[0]["epsilon"] == ranks[1]["epsilon"]
     assert ranks[0]["sample_rate"] == pytest.approx(8 / 48)
+
+
+@pytest.mark.slow
+def test_a_ddp_step_averages_the_clipped_gradients_of_both_ranks_once(tmp_path):
+    ranks = run_ddp(tmp_path, "exact")
+    x, y, _ = dataset(48).tensors  # the script's data: drawn the same way
+    linear = nn.Linear(NUM_FEATURES, NUM_CLASSES)
+    weight, bias = ranks[0]["initial"]
+    linear.weight.data = torch.tensor(weight).view(NUM_CLASSES, NUM_FEATURES)
+    linear.bias.data = torch.tensor(bias)
+    indices = [i for rank in ranks for i in rank["seen"][0]]
+    expected = clipped_mean_gradient(linear, x[indices], y[indices], max_grad_norm=0.1, divisor=8)  # q * N = 8
+    for got, start, want in zip(ranks[0]["params"], ranks[0]["initial"], expected, strict=True):
+        update = torch.tensor(start) - torch.tensor(got)
+        assert torch.allclose(update, want.flatten(), atol=1e-6)
+    assert ranks[0]["params"] == ranks[1]["params"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"poisson_sampling": False}, "needs poisson_sampling=True"),
+        ({"max_physical_batch_size": 2}, "max_physical_batch_size under DDP"),
+    ],
+)
+def test_ddp_refuses_what_would_break_the_guarantee_or_the_collectives(kwargs, message):
+    ddp = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", use_distributed_sampler=False, logger=False)
+    with pytest.raises(ValueError, match=message):
+        DPSGD(noise_multiplier=1.0, **kwargs)._check_trainer(ddp)
+    with_sampler = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False)
+    with pytest.raises(ValueError, match="use_distributed_sampler=False"):
+        DPSGD(noise_multiplier=1.0)._check_trainer(with_sampler)
+
+
+def test_lightning_gradient_clipping_is_refused():
+    with pytest.raises(ValueError, match="gradient_clip_val"):
+        trainer(DPSGD(noise_multiplier=1.0), gradient_clip_val=1.0).fit(PlainClassifier(), Data())
+
+
+class ScheduledMLP(MLPClassifier):
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=1.0)
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)}
+
+
+@pytest.mark.parametrize("variant", [{}, {"grad_sample_mode": "ghost"}, {"max_physical_batch_size": 3}])
+def test_learning_rate_schedules_step_in_every_mode(variant):
+    module = ScheduledMLP(num_features=NUM_FEATURES, num_classes=NUM_CLASSES, hidden_sizes=[4])
+    run = trainer(DPSGD(noise_multiplier=1.0, **variant), max_steps=-1, max_epochs=3)
+    run.fit(module, Data(n=24, batch_size=8))
+    assert run.global_step == 9
+    assert run.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.5**3)  # stepped once per epoch
+
+
+def test_a_failed_fit_is_cleaned_up_and_the_next_fit_is_not_private_by_accident():
+    data = Data()
+    with pytest.raises(RuntimeError, match="temperature"):
+        trainer(DPSGD(noise_multiplier=1.0)).fit(LeakyClassifier(), data)
+    assert "train_dataloader" not in vars(data), "the Poisson loader must not outlive the failed fit"
+    module = PlainClassifier()
+    trainer(DPSGD(noise_multiplier=1.0)).fit(module, data)  # hooks were removed: attaching again works
+
+
+def test_fitting_twice_with_one_callback_starts_a_new_accounting():
+    callback = DPSGD(target_epsilon=2.0, target_delta=1e-5)
+    for _ in range(2):
+        trainer(callback, max_steps=-1, max_epochs=2).fit(PlainClassifier(), Data(n=48, batch_size=8))
+        assert callback.epsilon <= 2.0 + 1e-3
+
+
+def test_resuming_beyond_the_calibrated_budget_is_refused(tmp_path):
+    def fit(max_epochs: int, ckpt_path: str | None = None) -> None:
+        callback = DPSGD(target_epsilon=2.0, target_delta=1e-5, accountant="rdp")
+        checkpoint = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True)
+        run = trainer(callback, checkpoint, max_steps=-1, max_epochs=max_epochs, enable_checkpointing=True)
+        run.fit(PlainClassifier(), Data(n=48, batch_size=8), ckpt_path=ckpt_path)
+
+    fit(2)
+    with pytest.raises(ValueError, match=r"would spend epsilon=.* > target_epsilon=2\.0"):
+        fit(6, ckpt_path=str(tmp_path / "last.ckpt"))

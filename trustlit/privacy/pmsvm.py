@@ -167,6 +167,7 @@ class PMSVM(PerSampleLossModule):
     # -- set-up ----------------------------------------------------------------------------
 
     def setup(self, stage: str) -> None:
+        super().setup(stage)
         if stage != "fit":
             return
         has_dpsgd = any(isinstance(callback, DPSGD) for callback in self.trainer.callbacks)
