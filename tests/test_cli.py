@@ -80,6 +80,7 @@ def test_full_config_is_logged_as_hyperparameters(tmp_path):
     assert hparams["model"]["init_args"]["lr"] == 0.01
     assert hparams["trainer"]["max_steps"] == 2
     assert hparams["seed_everything"] == 0
+    assert "lr" not in hparams, "the module's hparams are not logged a second time, flattened"
     assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
 
 
@@ -143,3 +144,13 @@ def test_bad_data_file_is_named_and_nothing_is_written(tmp_path, content, messag
     with pytest.raises(ValueError, match=message):
         run_cli(fit_args(tmp_path / "run", f"--data.init_args.source={data}"))
     assert written_files(tmp_path / "run") == []
+
+
+def test_checkpointing_can_be_turned_off(tmp_path):
+    cli = run_cli(
+        fit_args(
+            tmp_path, "--trainer.max_steps=1", "--trainer.limit_val_batches=0", "--trainer.enable_checkpointing=false"
+        )
+    )
+    assert cli.trainer.checkpoint_callback is None
+    assert not (tmp_path / "checkpoints").exists()

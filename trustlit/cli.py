@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import yaml
@@ -44,7 +45,15 @@ class LogConfigCallback(SaveConfigCallback):
 class TrustlitCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults({"checkpoint.save_last": True})
+        # the full config is logged by LogConfigCallback; Lightning's own logging would add the
+        # module's and DataModule's hparams again, flattened into the same table
+        parser.set_defaults({"checkpoint.save_last": True, "trainer.enable_autolog_hparams": False})
+
+    def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
+        trainer_config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        if trainer_config.get("enable_checkpointing") is False:  # the forced ModelCheckpoint would be refused
+            return self._instantiate_trainer(trainer_config, [])
+        return super().instantiate_trainer(**kwargs)
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config

@@ -79,6 +79,12 @@ class CausalLMModule(L.LightningModule):
             lr=self.hparams.lr,
         )
         total = self.trainer.estimated_stepping_batches if self._trainer is not None else 1
+        unbounded = self._trainer is not None and self.trainer.max_steps == -1 and self.trainer.max_epochs in (None, -1)
+        if self.hparams.lr_schedule != "constant" and unbounded:
+            raise ValueError(
+                f"lr_schedule='{self.hparams.lr_schedule}' decays over the run: set trainer.max_epochs or "
+                "trainer.max_steps (or use lr_schedule='constant')"
+            )
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
             lambda step: lr_multiplier(step, self.hparams.warmup_steps, int(total), self.hparams.lr_schedule),

@@ -20,7 +20,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-from dataclasses import asdict, dataclass, field
+import shutil
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -184,10 +186,16 @@ def smollm2_local_dir() -> Path:
     del config.quantization_config
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(quantized.state_dict())
-    partial = target.with_name(target.name + ".partial")
+    # each process converts into its own directory and renames it into place: under DDP every
+    # rank may convert at once, and a crash never leaves a half-written cache behind
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=cache_dir()))
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
-    partial.replace(target)  # atomic: a crash never leaves a half-written cache behind
+    try:
+        partial.replace(target)
+    except OSError:  # another process got there first: keep its copy
+        shutil.rmtree(partial)
     return target
 
 
@@ -259,6 +267,3 @@ class CausalLMSpec:
 
     def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         return load_causal_lm(self.name_or_path, self.gguf_file, self.dtype, self.lora, self.tiny)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)

@@ -4,7 +4,8 @@ Each training batch is ``{"forget": batch, "retain": batch}``, two batches in th
 :func:`trustlit.lm.collate_qa`. An epoch is one pass over the forget set in a random order;
 every forget sample is paired with a retain sample drawn without replacement from a fresh
 permutation of the retain set (cycled when the retain set is the smaller). Both orders depend
-only on (seed, epoch), so a resumed run sees the batches an uninterrupted one would.
+only on (seed, epoch), so a run resumed from an end-of-epoch checkpoint sees the batches an
+uninterrupted one would.
 """
 
 from __future__ import annotations

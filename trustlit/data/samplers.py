@@ -11,8 +11,9 @@ from torch.utils.data import Sampler
 class EpochSeededSampler(Sampler[int]):
     """A random order fixed by (seed, epoch); Lightning calls ``set_epoch`` every epoch.
 
-    The order does not depend on the global RNG, so a run resumed from a checkpoint sees
-    the same batches as an uninterrupted one.
+    The order does not depend on the global RNG, so a run resumed from an end-of-epoch
+    checkpoint sees the same batches as an uninterrupted one (a mid-epoch checkpoint replays
+    its epoch from the start: the loader keeps no position).
     """
 
     def __init__(self, num_samples: int, seed: int) -> None:
