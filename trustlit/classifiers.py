@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trustlit.metrics import log_accuracy
 from trustlit.privacy.dpsgd import PerSampleLossModule
 
 
@@ -58,16 +59,11 @@ class MLPClassifier(PerSampleLossModule):
             return super().regularizer()  # a constant: DPSGD then skips its gradient pass
         return 0.5 * self.hparams.weight_decay * sum(p.pow(2).sum() for p in self.parameters())
 
-    def _accuracy(self, batch: Any, stage: str) -> None:
-        x, y = batch[0], batch[1]
-        accuracy = (self(x).argmax(dim=1) == y).float().mean()
-        self.log(f"{stage}/acc", accuracy, prog_bar=True, batch_size=len(y))
-
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._accuracy(batch, "val")
+        log_accuracy(self, batch, "val")
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._accuracy(batch, "test")
+        log_accuracy(self, batch, "test")
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self.hparams.optimizer == "adam":

@@ -61,6 +61,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
+from trustlit.metrics import log_accuracy
 from trustlit.privacy.dpsgd import DPSGD, PerSampleLossModule
 from trustlit.privacy.svm import (
     check_row_norms,
@@ -260,13 +261,8 @@ class PMSVM(PerSampleLossModule):
 
     # -- evaluation ------------------------------------------------------------------------
 
-    def _accuracy(self, batch: Any, stage: str) -> None:
-        x, y = batch[0], batch[1]
-        accuracy = (self(x).argmax(dim=1) == y).float().mean()
-        self.log(f"{stage}/acc", accuracy, prog_bar=True, batch_size=len(y))
-
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._accuracy(batch, "val")
+        log_accuracy(self, batch, "val")
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._accuracy(batch, "test")
+        log_accuracy(self, batch, "test")
