@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import wandb
 import yaml
 
 from trustlit.cli import list_recipes, main, run_cli
@@ -93,7 +94,8 @@ def test_wandb_logs_offline_with_the_full_config(tmp_path, monkeypatch):
     assert run.settings.mode in ("offline", "dryrun")
     assert run.config["model"]["class_path"] == "trustlit.CausalLMFineTuning"
     assert run.config["trainer"]["max_steps"] == 2
-    run.finish()  # Lightning leaves the run open until exit; finishing flushes the offline record
+    run.finish()  # Lightning leaves the run open until exit
+    wandb.teardown()  # waits for wandb's writer process to flush the offline record
     records = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(records) == 1
     assert b"trustlit.data.QADataModule" in records[0].read_bytes()  # what `wandb sync` uploads
