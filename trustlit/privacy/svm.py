@@ -198,10 +198,12 @@ def fit_binary_hinge_svm(X, t, lam: float, tol: float = 1e-10, max_iter: int = 1
     return np.array(coef[0], dtype=np.float64)  # coef_ scores the class +1
 
 
-def fit_one_vs_rest(X, y, num_classes: int, lam: float, tol: float = 1e-10) -> np.ndarray:
+def fit_one_vs_rest(X, y, num_classes: int, lam: float, tol: float = 1e-10, max_iter: int = 1_000_000) -> np.ndarray:
     """Row k: the binary hinge SVM of "class k (t = +1) versus the rest (t = −1)", [num_classes, d]."""
     X, y = _check_problem(X, y, num_classes, lam)
-    return np.stack([fit_binary_hinge_svm(X, np.where(y == k, 1.0, -1.0), lam, tol) for k in range(num_classes)])
+    return np.stack(
+        [fit_binary_hinge_svm(X, np.where(y == k, 1.0, -1.0), lam, tol, max_iter) for k in range(num_classes)]
+    )
 
 
 def one_vs_rest_sensitivity(n: int, lam: float) -> float:
