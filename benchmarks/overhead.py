@@ -38,6 +38,7 @@ import lightning as L
 import torch
 import transformers
 import yaml
+from machine import cpu_model  # beside this script (sys.path[0])
 
 from trustlit.cli import run_cli
 from trustlit.data import FictitiousConfig, QADataModule
@@ -215,16 +216,6 @@ def ms(seconds: float) -> str:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 @dataclass

@@ -49,6 +49,7 @@ import opacus
 import scipy
 import torch
 import torch.nn.functional as F
+from machine import cpu_model  # beside this script (sys.path[0])
 from opacus.accountants import create_accountant
 from opacus.accountants.utils import get_noise_multiplier
 from privacy_accuracy import accuracy_section  # beside this script (sys.path[0])
@@ -106,16 +107,6 @@ def trainer(max_steps: int, callbacks: list[L.Callback]) -> L.Trainer:
         num_sanity_val_steps=0,
         callbacks=callbacks,
     )
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def provenance(args: argparse.Namespace) -> str:
