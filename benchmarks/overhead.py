@@ -38,7 +38,7 @@ import lightning as L
 import torch
 import transformers
 import yaml
-from machine import cpu_model  # beside this script (sys.path[0])
+from common import cpu_model  # beside this script (sys.path[0])
 
 from trustlit.cli import run_cli
 from trustlit.data import FictitiousConfig, QADataModule

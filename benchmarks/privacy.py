@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import logging
 import math
 import os
 import platform
@@ -36,7 +35,6 @@ import shlex
 import statistics
 import sys
 import time
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -49,7 +47,7 @@ import opacus
 import scipy
 import torch
 import torch.nn.functional as F
-from machine import cpu_model  # beside this script (sys.path[0])
+from common import cpu_model, quiet  # beside this script (sys.path[0])
 from opacus.accountants import create_accountant
 from opacus.accountants.utils import get_noise_multiplier
 from privacy_accuracy import accuracy_section  # beside this script (sys.path[0])
@@ -70,26 +68,6 @@ SCRIPT = "benchmarks/privacy.py"
 
 
 # -- common ----------------------------------------------------------------------------------
-
-
-def quiet() -> None:
-    """Silence Lightning's per-fit banners and the warnings every short run repeats."""
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    for message in (
-        ".*does not have many workers.*",
-        ".*GPU available but not used.*",
-        ".*smaller than the logging interval.*",
-        ".*Secure RNG turned off.*",
-        ".*Using a non-full backward hook.*",
-        ".*Full backward hook is firing.*",
-        ".*but have no `validation_step`.*",
-        ".*but have no `val_dataloader`.*",
-        ".*LeafSpec.*is deprecated.*",
-        ".*In CPU autocast, but the target dtype is not supported.*",
-        ".*Optimal order is the largest alpha.*",
-    ):
-        warnings.filterwarnings("ignore", message=message)
 
 
 def trainer(max_steps: int, callbacks: list[L.Callback]) -> L.Trainer:

@@ -22,7 +22,6 @@ section (and writes it to ``--output`` if given; it never touches ``docs/benchma
 from __future__ import annotations
 
 import argparse
-import logging
 import math
 import multiprocessing
 import os
@@ -31,7 +30,6 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -44,6 +42,7 @@ import numpy as np
 import opacus
 import sklearn
 import torch
+from common import quiet  # beside this script (sys.path[0])
 
 from trustlit.data.tabular import TabularDataModule
 from trustlit.privacy import DPSGD, PMSVM
@@ -105,23 +104,6 @@ class Dataset:
     title: str
     source: str  # TabularDataModule's dataset: a bundled name or a CSV path
     classes: int
-
-
-def quiet() -> None:
-    """Silence Lightning's banners and the warnings every short DP run repeats (not the others)."""
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    for message in (
-        ".*does not have many workers.*",
-        ".*GPU available but not used.*",
-        ".*smaller than the logging interval.*",
-        ".*Secure RNG turned off.*",
-        ".*Using a non-full backward hook.*",
-        ".*Full backward hook is firing.*",
-        ".*Optimal order is the (largest|smallest) alpha.*",
-        ".*isinstance.treespec, LeafSpec.*",
-    ):
-        warnings.filterwarnings("ignore", message=message)
 
 
 def _init_worker() -> None:
