@@ -7,6 +7,8 @@ import platform
 import warnings
 from pathlib import Path
 
+import lightning as L
+
 
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo, else what the platform reports."""
@@ -35,3 +37,19 @@ def quiet() -> None:
         ".*Optimal order is the (largest|smallest) alpha.*",
     ):
         warnings.filterwarnings("ignore", message=message)
+
+
+def bare_trainer(callbacks: list[L.Callback], **budget: int) -> L.Trainer:
+    """A plain CPU Trainer: no logger, checkpoints, progress bar or validation; ``budget``: max_steps/max_epochs."""
+    return L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+        **budget,
+    )

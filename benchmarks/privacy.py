@@ -47,7 +47,7 @@ import opacus
 import scipy
 import torch
 import torch.nn.functional as F
-from common import cpu_model, quiet  # beside this script (sys.path[0])
+from common import bare_trainer, cpu_model, quiet  # beside this script (sys.path[0])
 from opacus.accountants import create_accountant
 from opacus.accountants.utils import get_noise_multiplier
 from privacy_accuracy import accuracy_section  # beside this script (sys.path[0])
@@ -71,20 +71,7 @@ SCRIPT = "benchmarks/privacy.py"
 
 
 def trainer(max_steps: int, callbacks: list[L.Callback]) -> L.Trainer:
-    """A plain CPU Trainer: no logger, no checkpoints, no progress bar, no validation."""
-    return L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=max_steps,
-        max_epochs=-1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        callbacks=callbacks,
-    )
+    return bare_trainer(callbacks, max_steps=max_steps, max_epochs=-1)
 
 
 def provenance(args: argparse.Namespace) -> str:

@@ -42,7 +42,7 @@ import numpy as np
 import opacus
 import sklearn
 import torch
-from common import quiet  # beside this script (sys.path[0])
+from common import bare_trainer, quiet  # beside this script (sys.path[0])
 
 from trustlit.data.tabular import TabularDataModule
 from trustlit.privacy import DPSGD, PMSVM
@@ -281,19 +281,7 @@ class GradientResult:
 
 
 def trainer(max_epochs: int, callbacks: list[L.Callback]) -> L.Trainer:
-    """A plain CPU Trainer: no logger, no checkpoints, no progress bar, no validation."""
-    return L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=max_epochs,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        callbacks=callbacks,
-    )
+    return bare_trainer(callbacks, max_epochs=max_epochs)
 
 
 def gradient_task(
