@@ -107,7 +107,8 @@ def collate_qa(samples: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str
 def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Per-token negative log-likelihood [B, T-1] of ``labels`` shifted by one; 0 where masked.
 
-    Computed in float32 through ``cross_entropy`` (no [B, T, V] log-softmax is kept).
+    Computed in float32 through ``cross_entropy``, which fuses the log-softmax (autograd still keeps
+    the float32 copy of the logits).
     """
     shifted_logits = logits[:, :-1].float()
     shifted_labels = labels[:, 1:]

@@ -198,6 +198,7 @@ class QADataModule(L.LightningDataModule):
         self.tokenizer: PreTrainedTokenizerBase | None = None
         self.train_dataset: Dataset | None = None
         self.eval_datasets: list[EncodedQA] = []
+        self._encoded: dict[str, EncodedQA] = {}
 
     def resolve_tokenizer(self) -> PreTrainedTokenizerBase:
         if self.tokenizer is None:
@@ -211,12 +212,15 @@ class QADataModule(L.LightningDataModule):
         return self.tokenizer
 
     def encode_split(self, split: str) -> EncodedQA:
-        records = load_qa_split(self.source, split, self.fictitious)
-        if self.max_samples is not None:
-            records = records.select(range(min(self.max_samples, len(records))))
-        tokenizer = self.resolve_tokenizer()
-        prompt_format = resolve_prompt_format(tokenizer, self.prompt_format)
-        return EncodedQA(records, tokenizer, prompt_format, self.max_length, split)
+        """The tokenized split, encoded once (a split often serves training and evaluation)."""
+        if split not in self._encoded:
+            records = load_qa_split(self.source, split, self.fictitious)
+            if self.max_samples is not None:
+                records = records.select(range(min(self.max_samples, len(records))))
+            tokenizer = self.resolve_tokenizer()
+            prompt_format = resolve_prompt_format(tokenizer, self.prompt_format)
+            self._encoded[split] = EncodedQA(records, tokenizer, prompt_format, self.max_length, split)
+        return self._encoded[split]
 
     def build_train_dataset(self) -> Dataset:
         if self.train_split is None:
