@@ -193,6 +193,8 @@ class QADataModule(L.LightningDataModule):
         self.prompt_format = prompt_format
         self.max_samples = max_samples
         self.num_workers = num_workers
+        if isinstance(fictitious, dict):  # Python callers may pass the fields directly
+            fictitious = FictitiousConfig(**fictitious)
         self.fictitious = fictitious or FictitiousConfig()
         self.seed = seed
         self.tokenizer: PreTrainedTokenizerBase | None = None

@@ -1,0 +1,22 @@
+"""LLM unlearning: pure losses (``losses.py``), one LightningModule per method, evaluation."""
+
+from trustlit.unlearning.base import ReferenceModel, UnlearningModule
+from trustlit.unlearning.grad_ascent import GradAscent
+from trustlit.unlearning.grad_diff import GradDiff
+from trustlit.unlearning.idk_dpo import IdkDPO
+from trustlit.unlearning.kl import KLMinimization
+from trustlit.unlearning.npo import NPO
+from trustlit.unlearning.rmu import RMU
+from trustlit.unlearning.simnpo import SimNPO
+
+__all__ = [
+    "NPO",
+    "RMU",
+    "GradAscent",
+    "GradDiff",
+    "IdkDPO",
+    "KLMinimization",
+    "ReferenceModel",
+    "SimNPO",
+    "UnlearningModule",
+]

@@ -1,0 +1,23 @@
+"""Gradient ascent on the forget set (GA), the simplest unlearning baseline (Jang et al., 2023;
+TOFU's ``grad_ascent``).
+
+L = -NLL_forget, the token-mean answer NLL of the forget batch negated: minimising it pushes
+the forget answers' likelihood down without bound, so GA degrades the model if run long.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trustlit.unlearning.base import UnlearningModule
+from trustlit.unlearning.losses import gradient_ascent_loss
+
+
+class GradAscent(UnlearningModule):
+    """L = -NLL_forget (see the module docstring); arguments as :class:`UnlearningModule`'s."""
+
+    def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        loss = gradient_ascent_loss(*self.logprobs(batch["forget"]))
+        return {"loss": loss, "forget_nll": -loss.detach()}

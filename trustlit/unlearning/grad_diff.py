@@ -1,0 +1,47 @@
+"""Gradient difference (GradDiff; Liu et al., 2022, TOFU's ``grad_diff``): ascend on the forget
+set while descending on the retain set.
+
+L = gamma * (-NLL_forget) + alpha * L_retain, with L_retain the token-mean NLL of the retain
+answers (``retain_loss="nll"``) or KL(pi_ref || pi_theta) over the retain answer tokens
+(``"kl"``). Defaults gamma = alpha = 1, NLL, as in open-unlearning's TOFU configs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trustlit.models import CausalLMSpec
+from trustlit.unlearning.base import RetainLoss, UnlearningModule, check_retain_loss
+from trustlit.unlearning.losses import gradient_ascent_loss
+
+
+class GradDiff(UnlearningModule):
+    """L = gamma * (-NLL_forget) + alpha * L_retain.
+
+    Args:
+        forget_weight: gamma.
+        retain_weight: alpha.
+        retain_loss: ``nll`` or ``kl`` (KL needs pi_ref: a frozen copy, or adapters disabled).
+        Other arguments: see :class:`~trustlit.CausalLMModule`.
+    """
+
+    def __init__(
+        self,
+        lm: CausalLMSpec | None = None,
+        forget_weight: float = 1.0,
+        retain_weight: float = 1.0,
+        retain_loss: RetainLoss = "nll",
+        **kwargs: Any,
+    ) -> None:
+        check_retain_loss(retain_loss)
+        super().__init__(lm, **kwargs)
+        if retain_loss == "kl":
+            self.use_reference()
+
+    def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        forget = gradient_ascent_loss(*self.logprobs(batch["forget"]))
+        retain = self.retain_loss(batch["retain"], self.hparams.retain_loss)
+        loss = self.hparams.forget_weight * forget + self.hparams.retain_weight * retain
+        return {"loss": loss, "forget_nll": -forget.detach(), f"retain_{self.hparams.retain_loss}": retain.detach()}
