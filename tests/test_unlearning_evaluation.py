@@ -1,0 +1,169 @@
+"""The UnlearningEvaluation callback end to end: fine-tune a tiny Llama, test, write and reuse the reference."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import lightning as L
+import pytest
+from lightning.pytorch.loggers import CSVLogger
+
+from trustlit import CausalLMFineTuning, CausalLMSpec
+from trustlit.data import FictitiousConfig, QADataModule
+from trustlit.unlearning.evaluation import UnlearningEvaluation, write_json_atomic
+
+TINY = {"hidden_size": 32, "num_layers": 2, "num_heads": 2}
+CORPUS = FictitiousConfig(num_authors=4, seed=0, num_perturbed=2)
+# 4 authors: forget25 is the last one, retain75 the first three, retain25 the first one
+SPLITS = {
+    "forget_split": "forget25",
+    "retain_split": "retain75",
+    "real_authors_split": None,
+    "world_facts_split": None,
+    "holdout_split": "retain25",
+}
+TOFU_NAMES = [f"{s}_{m}" for s in ("forget", "retain") for m in ("prob", "rougeL", "truth_ratio")]
+METRICS = [
+    *TOFU_NAMES,
+    "model_utility",
+    "refusal_rate",
+    "fabrication_rate",
+    "verbmem",
+    "knowmem_forget",
+    "knowmem_retain",
+    "minkprob_auc",
+]
+
+
+def evaluation(**kwargs) -> UnlearningEvaluation:
+    defaults = {"batch_size": 6, "max_new_tokens": 4, "max_samples": 4, "on": ["fit_end", "test"]}
+    return UnlearningEvaluation(**{**SPLITS, **defaults, **kwargs})
+
+
+def make_trainer(root: Path, callback: UnlearningEvaluation) -> L.Trainer:
+    return L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=3,
+        limit_val_batches=0,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=CSVLogger(root),
+        default_root_dir=root,
+        callbacks=[callback],
+    )
+
+
+def make_module() -> CausalLMFineTuning:
+    return CausalLMFineTuning(lm=CausalLMSpec(name_or_path="tiny-llama", tiny=TINY), lr=1e-3, generate=False)
+
+
+def make_datamodule() -> QADataModule:
+    return QADataModule(
+        source="fictitious",
+        train_split="full",
+        eval_splits=["forget25"],
+        batch_size=4,
+        max_length=96,
+        fictitious=CORPUS,
+    )
+
+
+def logged(trainer: L.Trainer) -> dict[str, float]:
+    """The last non-empty value of every column of the CSVLogger's metrics.csv."""
+    with (Path(trainer.log_dir) / "metrics.csv").open() as handle:
+        return {key: float(value) for row in csv.DictReader(handle) for key, value in row.items() if value}
+
+
+def test_evaluation_writes_logs_and_serves_as_reference(tmp_path):
+    module, datamodule = make_module(), make_datamodule()
+    callback = evaluation(on=["fit_end", "test"])
+    trainer = make_trainer(tmp_path / "retain_model", callback)
+    trainer.fit(module, datamodule=datamodule)
+    written = Path(trainer.log_dir) / "unlearning_eval.json"
+    assert written.is_file(), "fit_end evaluates too"
+    after_fit = dict(callback.results)
+    assert module.model.training, "the model's train mode is restored after evaluation"
+
+    trainer.test(module, datamodule=datamodule)
+    report = json.loads(written.read_text())
+    assert sorted(report["metrics"]) == sorted(METRICS)
+    assert report["metrics"] == pytest.approx(callback.results)
+    assert callback.results == pytest.approx(after_fit), "same model, same numbers"
+    assert report["splits"] == {"forget": "forget25", "retain": "retain75", "holdout": "retain25"}
+    assert len(report["per_sample"]["forget_truth_ratio"]) == 4
+    assert len(report["per_sample"]["holdout_min_k"]) == 4
+    assert all(0 <= callback.results[name] <= 1 for name in METRICS)
+    unlearn_logged = {k: v for k, v in logged(trainer).items() if k.startswith("unlearn/")}
+    assert unlearn_logged == pytest.approx({f"unlearn/{k}": v for k, v in callback.results.items()}, rel=1e-5)
+
+    # the same model against itself as the retain model: identical truth ratios and AUC
+    compared = evaluation(reference=str(written), output=str(tmp_path / "unlearned.json"))
+    make_trainer(tmp_path / "unlearned", compared).test(module, datamodule=datamodule)
+    assert compared.results["forget_quality"] == 1.0
+    assert compared.results["privleak"] == 0.0
+    assert compared.results["model_utility"] == pytest.approx(callback.results["model_utility"])
+    assert json.loads((tmp_path / "unlearned.json").read_text())["metrics"]["forget_quality"] == 1.0
+
+
+def fit_fails_before_training(tmp_path: Path, callback: UnlearningEvaluation, error: type, match: str) -> None:
+    trainer = make_trainer(tmp_path, callback)
+    with pytest.raises(error, match=match):
+        trainer.fit(make_module(), datamodule=make_datamodule())
+    assert trainer.global_step == 0
+
+
+def test_a_missing_reference_fails_before_training(tmp_path):
+    missing = tmp_path / "nowhere" / "unlearning_eval.json"
+    fit_fails_before_training(tmp_path, evaluation(reference=str(missing)), FileNotFoundError, str(missing))
+
+
+def test_a_reference_is_needed_only_by_the_stages_that_evaluate(tmp_path):
+    missing = tmp_path / "later" / "unlearning_eval.json"
+    callback = evaluation(reference=str(missing), on=["test"])
+    trainer = make_trainer(tmp_path, callback)
+    module, datamodule = make_module(), make_datamodule()
+    trainer.fit(module, datamodule=datamodule)  # the retain model may be evaluated after unlearning
+    assert trainer.global_step == 3
+    with pytest.raises(FileNotFoundError, match=str(missing)):
+        trainer.test(module, datamodule=datamodule)
+    assert callback.results == {}
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        ("{not json", "not valid JSON"),
+        ({"splits": {"forget": "forget25"}}, "per_sample.forget_truth_ratio"),
+        ({"splits": {"forget": "forget10"}, "per_sample": {"forget_truth_ratio": [1.0]}}, "'forget10', not 'forget25'"),
+        (
+            {"splits": {"forget": "forget25"}, "per_sample": {"forget_truth_ratio": [1.0]}, "metrics": {}},
+            "metrics.minkprob_auc",
+        ),
+    ],
+)
+def test_a_malformed_reference_fails_before_training(tmp_path, content, match):
+    path = tmp_path / "reference.json"
+    if isinstance(content, str):
+        path.write_text(content)
+    else:
+        write_json_atomic(path, content)
+    fit_fails_before_training(tmp_path, evaluation(reference=str(path)), ValueError, f"{path}.*{match}")
+
+
+def test_an_unknown_split_fails_before_training(tmp_path):
+    # TOFU's default names do not exist in the fictitious corpus
+    callback = evaluation(forget_split="forget05_perturbed")
+    fit_fails_before_training(tmp_path, callback, ValueError, "unknown split 'forget05_perturbed'")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"on": ["validate"]}, "on must be"), ({"batch_size": 0}, "batch_size"), ({"min_k": 1.5}, "min_k")],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        evaluation(**kwargs)
