@@ -83,7 +83,7 @@ def test_evaluation_writes_logs_and_serves_as_reference(tmp_path):
     callback = evaluation(on=["fit_end", "test"])
     trainer = make_trainer(tmp_path / "retain_model", callback)
     trainer.fit(module, datamodule=datamodule)
-    written = Path(trainer.log_dir) / "unlearning_eval.json"
+    written = tmp_path / "retain_model" / "unlearning_eval.json"
     assert written.is_file(), "fit_end evaluates too"
     after_fit = dict(callback.results)
     assert module.model.training, "the model's train mode is restored after evaluation"

@@ -76,6 +76,12 @@ def test_load_checkpoint_errors(tmp_path):
     torch.save({"state_dict": {}}, tmp_path / "other.ckpt")
     with pytest.raises(ValueError, match=r"hyper_parameters\.lm"):
         load_causal_lm(str(tmp_path / "other.ckpt"))
+    tiny = {"name_or_path": "tiny-llama", "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2}}
+    weights = {f"model.{k}": v for k, v in load_causal_lm(**tiny)[0].state_dict().items()}
+    weights["model.model.layers.0.self_attn.adapter.weight"] = torch.zeros(2)
+    torch.save({"state_dict": weights, "hyper_parameters": {"lm": tiny}}, tmp_path / "adapted.ckpt")
+    with pytest.raises(ValueError, match=r"adapted\.ckpt.*unexpected.*load_from_checkpoint"):
+        load_causal_lm(str(tmp_path / "adapted.ckpt"))
 
 
 METHODS = [
@@ -250,3 +256,11 @@ def test_unsupported_strategy_is_refused():
     module.supported_strategies = ("DDPStrategy",)
     with pytest.raises(ValueError, match="does not support the SingleDeviceStrategy strategy"):
         quiet_trainer(max_steps=1).fit(module, forget_retain_data())
+
+
+def test_kl_minimization_is_graddiff_with_a_kl_retain_term():
+    tiny = {"name_or_path": "tiny-llama", "tiny": {"hidden_size": 32, "num_layers": 2, "num_heads": 2}}
+    module = KLMinimization(lm=tiny)
+    assert module.retain_loss_kind == "kl" and module.reference is not None
+    quiet_trainer(max_steps=1).fit(module, forget_retain_data())
+    assert "train/retain_kl" in module.trainer.callback_metrics

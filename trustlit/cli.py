@@ -4,6 +4,7 @@
     trustlit fit -c RECIPE --ckpt_path last          # resume from <default_root_dir>/checkpoints
     trustlit test -c RECIPE --ckpt_path last
     trustlit recipes [DIR]                           # list recipes with their descriptions
+    trustlit compare EVAL.json [EVAL.json ...]       # unlearning evaluations side by side
 
 Model and data are chosen by class (``class_path``) in subclass mode; short names resolve
 because this module imports every method package. Checkpoints always include ``last.ckpt``,
@@ -22,13 +23,16 @@ import lightning as L
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from rich.console import Console
 
 import trustlit.classifiers
 
 # imported so that short class names resolve in recipes
 import trustlit.data
 import trustlit.finetune
-import trustlit.privacy  # noqa: F401
+import trustlit.privacy
+import trustlit.unlearning  # noqa: F401
+from trustlit.unlearning.evaluation import compare_runs
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,6 +93,12 @@ def _print_recipes(args: list[str]) -> None:
         print(f"{path}  {description}")
 
 
+def _compare(paths: list[str]) -> None:
+    if not paths:
+        raise SystemExit("usage: trustlit compare EVAL.json [EVAL.json ...] (files written by UnlearningEvaluation)")
+    Console().print(compare_runs(paths))
+
+
 def run_cli(args: list[str] | None = None) -> TrustlitCLI:
     """Run LightningCLI on ``args`` (default ``sys.argv[1:]``) and return it (trainer, model, data)."""
     return TrustlitCLI(
@@ -108,6 +118,8 @@ def main(args: list[str] | None = None) -> None:
     argv = sys.argv[1:] if args is None else list(args)
     if argv and argv[0] == "recipes":
         _print_recipes(argv[1:])
+    elif argv and argv[0] == "compare":
+        _compare(argv[1:])
     else:
         run_cli(args)
 

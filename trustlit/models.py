@@ -264,7 +264,12 @@ def load_trustlit_checkpoint(path: str) -> tuple[PreTrainedModel, PreTrainedToke
         raise ValueError(f"{path} is not a checkpoint of a trustlit causal-LM module (no hyper_parameters.lm)")
     model, tokenizer = load_causal_lm(**spec)
     weights = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
-    model.load_state_dict(weights)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if missing or unexpected:  # e.g. a method that adds modules to the model (Attention-Shifting's adapters)
+        raise ValueError(
+            f"{path}: its weights do not fit the model its hyperparameters describe (missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]}); load it with the class that wrote it: <Class>.load_from_checkpoint"
+        )
     if isinstance(model, PeftModel):
         model = model.merge_and_unload()
     return model, tokenizer

@@ -1,6 +1,8 @@
 """LLM unlearning: pure losses (``losses.py``), one LightningModule per method, evaluation."""
 
+from trustlit.unlearning.attention_shifting import AttentionShifting
 from trustlit.unlearning.base import ReferenceModel, UnlearningModule
+from trustlit.unlearning.evaluation import UnlearningEvaluation
 from trustlit.unlearning.grad_ascent import GradAscent
 from trustlit.unlearning.grad_diff import GradDiff
 from trustlit.unlearning.idk_dpo import IdkDPO
@@ -12,11 +14,13 @@ from trustlit.unlearning.simnpo import SimNPO
 __all__ = [
     "NPO",
     "RMU",
+    "AttentionShifting",
     "GradAscent",
     "GradDiff",
     "IdkDPO",
     "KLMinimization",
     "ReferenceModel",
     "SimNPO",
+    "UnlearningEvaluation",
     "UnlearningModule",
 ]

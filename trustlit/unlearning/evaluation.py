@@ -151,7 +151,8 @@ class UnlearningEvaluation(L.Callback):
         holdout_split: records the model never trained on, for PrivLeak; ``None``: no PrivLeak.
         reference: the JSON this callback wrote for the retain model; ``None``: no forget quality
             or PrivLeak. Checked at setup, before any training.
-        output: where to write the JSON; default ``<trainer.log_dir>/unlearning_eval.json``.
+        output: where to write the JSON; default ``<trainer.default_root_dir>/unlearning_eval.json``
+            (a fixed place, so that later runs can name it as their reference).
         source: data source overriding the DataModule's (then its prompt format and max length
             are still used when the trainer has a :class:`~trustlit.data.QADataModule`).
         on: when to evaluate: ``test`` (after ``trainer.test``) and/or ``fit_end``.
@@ -265,7 +266,7 @@ class UnlearningEvaluation(L.Callback):
     def run(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
         """Evaluate, log to every logger, and on rank 0 write the JSON and print the table."""
         self.results, per_sample = self.evaluate(pl_module)
-        output = Path(self.output) if self.output else Path(trainer.log_dir or trainer.default_root_dir) / OUTPUT_NAME
+        output = Path(self.output) if self.output else Path(trainer.default_root_dir) / OUTPUT_NAME
         for logger in trainer.loggers:
             logger.log_metrics({METRIC_PREFIX + k: v for k, v in self.results.items()}, step=trainer.global_step)
         if trainer.is_global_zero:

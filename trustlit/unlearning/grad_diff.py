@@ -37,11 +37,12 @@ class GradDiff(UnlearningModule):
     ) -> None:
         check_retain_loss(retain_loss)
         super().__init__(lm, **kwargs)
+        self.retain_loss_kind = retain_loss  # not from hparams: subclasses fix it (KLMinimization)
         if retain_loss == "kl":
             self.use_reference()
 
     def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         forget = gradient_ascent_loss(*self.logprobs(batch["forget"]))
-        retain = self.retain_loss(batch["retain"], self.hparams.retain_loss)
+        retain = self.retain_loss(batch["retain"], self.retain_loss_kind)
         loss = self.hparams.forget_weight * forget + self.hparams.retain_weight * retain
-        return {"loss": loss, "forget_nll": -forget.detach(), f"retain_{self.hparams.retain_loss}": retain.detach()}
+        return {"loss": loss, "forget_nll": -forget.detach(), f"retain_{self.retain_loss_kind}": retain.detach()}

@@ -1,0 +1,534 @@
+"""Attention-Shifting (AS): Tan, Qu, Li, Zhang, Cui, Chen and Gao, "Wisdom is Knowing What not to
+Say: Hallucination-Free LLMs Unlearning via Attention Shifting", NeurIPS 2025, arXiv 2510.17210.
+
+AS unlearns by moving attention rather than by pushing answer likelihoods around: small
+adapters on the self-attention modules of a frozen model are trained so that, on the forget
+set, the positions that produce the answer attend less to the fact-bearing tokens
+(importance-aware suppression) while the rest of the attention pattern, the linguistic
+structure, keeps its shape; on the retain set the attention is held to the model's own, with
+semantically essential tokens reinforced (attention-guided retention enhancement). Both are
+trained together (the dual loss). The model loses the path from the question to the memorised
+fact instead of learning a different fact, which the paper credits for answers that decline
+rather than hallucinate; a refusal term (ours, below) makes the declining explicit.
+
+Notation (symbols as in the code). pi_ref is the model before unlearning: the same network
+with its adapters switched off. A^theta_{l,h}(q, k) and A^ref_{l,h}(q, k) are the attention
+probabilities of the adapted and the reference model in layer l of ``layers`` (L), head h,
+from query position q to key position k. Q is the set of answer-predicting query positions of
+a sample (those whose next token is an answer token); C its candidate tokens (not padding, not
+special tokens such as ``<|im_start|>``, which carry no fact and often act as attention sinks).
+
+Importance, per sample, under pi_ref and without touching any parameter::
+
+    g_k = || d/d e_k  sum_t -log pi_ref(y_t | x, y_<t) ||_2      gradient saliency of token k
+    a_k = mean_{l in L, h, q in Q} A^ref_{l,h}(q, k)               attention the answer pays to k
+    s_k = a_k g_k / sum_{j in C} a_j g_j  for k in C, else 0       (importance_scores)
+    F   = the ceil(rho |C|) candidates with the largest s          (top_fraction_mask)
+
+F is the fact-bearing set of a forget sample; on a retain sample the same rule gives the
+essential set E.
+
+Targets: the reference attention with key k reweighted by w_k, renormalised per query::
+
+    A~(q, k) = A^ref(q, k) w_k / sum_j A^ref(q, j) w_j              (shifted_attention)
+    forget:  w_k = 1 - sigma  if k in F  else 1 + beta              (shift_weights)
+    retain:  w_k = 1 + gamma  if k in E  else 1
+
+so on a forget sample the mass on fact-bearing tokens shrinks by (1 - sigma) / (1 + beta)
+relative to every other token, among which the relative attention is the reference's; on a
+retain sample essential tokens gain a factor 1 + gamma.
+
+Loss, with KL summed over heads and query rows and averaged over layers and samples
+(``attention_kl``, the released code's ``batchmean``)::
+
+    L_sup = mean_{l in L} (1/B) sum_b sum_h sum_{q in Q_b} KL(A~_f(q, .) || A^theta(q, .))   on forget
+    L_ret = the same on retain, with the retain target
+    L = lambda_sup L_sup + lambda_ret L_ret + alpha L_retain + lambda_idk NLL(r | x_f)
+
+L_retain is the retain answers' token-mean NLL (``retain_loss="nll"``) or KL(pi_ref || pi_theta)
+of their next-token distributions (``"kl"``); NLL(r | x_f) is the token-mean NLL of a refusal r
+("I don't know.") to a forget question x_f, from the ``idk`` batches of
+``ForgetRetainDataModule(refusals=...)``.
+
+Sources, and what is the paper's. The paper's method section was not available to us: we used
+its abstract, the public reviews (which describe "adapter-based attention modulation and a
+dual-loss formulation") and the code at github.com/CCT-sys/AS-unlearning
+(``method/attention_Adapter.py``, ``configs/attention.json``), which we take to be the
+authors' release: its commits match the dates of the arXiv versions and it ships the paper's
+baselines (GA, NPO, IHL). From the paper and that code:
+
+- a bottleneck adapter (down-projection to 64, ReLU, up-projection, a learned scalar scale)
+  added residually to the output of every self-attention module; the base model is frozen;
+- the attention objectives on the last two layers (``layers=[-2, -1]``);
+- the suppression target: the reference attention with fact-bearing keys scaled by
+  (1 - sigma) and the other keys boosted by beta, sigma = 0.3, beta = 1.2, matched by a KL
+  with the ``batchmean`` reduction;
+- on the retain set, a KL between the adapted and the reference attention of those layers (the
+  code's default objective), with retain-NLL and logit-KL variants;
+- Adam, lr 5e-4 (weight decay 0.01 in its DeepSpeed configuration).
+
+Our choices, where the paper is silent or the code does something we did not want to copy:
+
+- importance: the code marks as fact-bearing the tokens that spaCy tags as proper nouns, verbs
+  or numbers (all other tokens are boosted). We use the attention-weighted gradient saliency
+  above with rho = 0.3 (ours), which needs no tagger, works with any tokenizer and language,
+  and never marks special tokens;
+- the boost is multiplicative: the code adds beta to the non-fact keys, clips to [1e-6, 1]
+  and renormalises, which makes the rest uniform, future and padding keys included; ours
+  keeps the relative structure and causality of the reference attention;
+- the KL compares attention probabilities, KL(target || adapted), on the answer-predicting
+  query rows (the code applies a log-softmax to the probabilities and uses every position);
+- retention enhancement: gamma = 0.2 (ours; the code computes essential-token masks for the
+  retain set but leaves them unused, i.e. gamma = 0), plus alpha * retain NLL with alpha = 1
+  (the code's default objective has no NLL term; its variant adds it with weight 1);
+- the refusal term, lambda_idk = 1, is ours: neither the abstract nor the code has one (the
+  paper attributes the refusals to the attention shift). It makes the forget answer a refusal
+  rather than another fact; ``refusal_weight=0`` gives the attention-only objective. The
+  attention terms are sums over heads and rows, so on large models they outweigh it: raise
+  ``refusal_weight`` there if refusals matter;
+- the up-projections start at zero, so training starts exactly at pi_ref (the code initialises
+  them randomly, so its model differs from the base before the first step); the adapters
+  compute in float32 whatever the model's dtype;
+- ``adapter_position="input"`` (ours, not the default) puts the adapter on the hidden states
+  the attention reads, so that a layer's own attention moves too; with the code's ``output``
+  position a layer's attention only depends on the adapters below it (layer 0's on none);
+- importance scores are computed once per sample (pi_ref never changes) and cached.
+
+Implementation notes. Reading attention probabilities needs the eager attention
+implementation: the model is switched to ``attn_implementation="eager"`` at construction (SDPA
+and flash attention return none), which is slower, for generation too. The adapters live in
+the model (``<attention module>.shift_adapter``), so they are in checkpoints and in the
+optimiser; a checkpoint is reloaded with this class, not as a plain transformers model. Under
+DDP with ``retain_weight=0`` and ``refusal_weight=0``, some adapters (the last layer's) get no
+gradient: set ``find_unused_parameters``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import nn
+
+from trustlit.layers import decoder_layer, decoder_layers, self_attention
+from trustlit.lm import sequence_logprobs_from_logits, token_nll
+from trustlit.models import CausalLMSpec
+from trustlit.unlearning.base import RetainLoss, UnlearningModule, check_retain_loss
+from trustlit.unlearning.losses import answer_token_mask, kl_to_reference, token_mean_nll
+
+ADAPTER_NAME = "shift_adapter"
+AdapterPosition = Literal["output", "input"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The math, as pure functions of tensors
+# ---------------------------------------------------------------------------------------------
+
+
+def answer_query_mask(labels: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool: query positions q whose next token is an answer token (Q in the module docstring)."""
+    return F.pad(answer_token_mask(labels), (0, 1), value=False)
+
+
+def attention_received(attention: torch.Tensor, query_mask: torch.Tensor) -> torch.Tensor:
+    """a_k [B, Tk]: attention paid to key k, averaged over heads and the masked query rows.
+
+    ``attention`` [B, H, Tq, Tk] (average over layers beforehand), ``query_mask`` [B, Tq] bool.
+    """
+    rows = query_mask[:, None, :, None].to(attention.dtype)
+    count = (query_mask.sum(-1) * attention.size(1)).clamp(min=1)
+    return (attention * rows).sum(dim=(1, 2)) / count[:, None]
+
+
+def importance_scores(gradient_norm: torch.Tensor, attention: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+    """s_k = a_k g_k / sum_{j in C} a_j g_j on the candidates C, 0 elsewhere; [B, T].
+
+    ``gradient_norm`` g and ``attention`` a are [B, T]; ``candidates`` [B, T] bool. A sample
+    whose candidates all score 0 gets uniform scores over its candidates.
+    """
+    raw = gradient_norm * attention * candidates
+    total = raw.sum(-1, keepdim=True)
+    uniform = candidates / candidates.sum(-1, keepdim=True).clamp(min=1)
+    return torch.where(total > 0, raw / total.clamp(min=torch.finfo(raw.dtype).tiny), uniform)
+
+
+def top_fraction_mask(scores: torch.Tensor, candidates: torch.Tensor, fraction: float) -> torch.Tensor:
+    """[B, T] bool: per sample, the ceil(fraction * |C|) highest-scoring candidates (at least one).
+
+    Ties go to the earlier position. A sample without candidates selects nothing.
+    """
+    masked = scores.masked_fill(~candidates, float("-inf"))
+    order = masked.argsort(dim=-1, descending=True, stable=True)
+    ranks = torch.empty_like(order)
+    ranks.scatter_(-1, order, torch.arange(order.size(-1), device=order.device).expand_as(order))
+    num_candidates = candidates.sum(-1)
+    # the 1e-9 keeps 0.3 * 10 = 3.0000000000000004 from rounding up to 4
+    count = torch.ceil(num_candidates * fraction - 1e-9).clamp(min=1).minimum(num_candidates)
+    return (ranks < count[:, None]) & candidates
+
+
+def shift_weights(selected: torch.Tensor, selected_factor: float, other_factor: float) -> torch.Tensor:
+    """w_k [B, T]: ``selected_factor`` on the selected keys, ``other_factor`` on every other key."""
+    return torch.where(selected, selected_factor, other_factor).to(torch.float32)
+
+
+def shifted_attention(reference: torch.Tensor, key_weights: torch.Tensor) -> torch.Tensor:
+    """A~(q, k) = A^ref(q, k) w_k / sum_j A^ref(q, j) w_j; a row with no weighted mass stays as it is.
+
+    ``reference`` [B, H, Tq, Tk], ``key_weights`` [B, Tk].
+    """
+    weighted = reference * key_weights[:, None, None, :]
+    total = weighted.sum(-1, keepdim=True)
+    return torch.where(total > 0, weighted / total.clamp(min=torch.finfo(weighted.dtype).tiny), reference)
+
+
+def attention_kl(target: torch.Tensor, current: torch.Tensor, query_mask: torch.Tensor) -> torch.Tensor:
+    """KL(target(q, .) || current(q, .)) summed over heads and masked query rows, averaged over samples.
+
+    ``target``, ``current`` [B, H, Tq, Tk] attention probabilities (target entries that are 0
+    contribute 0); ``query_mask`` [B, Tq] bool. The reduction is the released code's
+    ``batchmean`` (a sum over everything but the batch).
+    """
+    target, current = target.float(), current.float()
+    log_current = current.clamp(min=1e-12).log()
+    rows = (torch.special.xlogy(target, target) - target * log_current).sum(-1)  # [B, H, Tq]
+    return (rows * query_mask[:, None, :]).sum(dim=(1, 2)).mean()
+
+
+def attention_mass(attention: torch.Tensor, key_mask: torch.Tensor, query_mask: torch.Tensor) -> torch.Tensor:
+    """mean over heads and masked query rows of the attention mass on the masked keys.
+
+    ``attention`` [B, H, Tq, Tk], ``key_mask`` [B, Tk] and ``query_mask`` [B, Tq] bool.
+    """
+    mass = (attention.float() * key_mask[:, None, None, :]).sum(-1)  # [B, H, Tq]
+    return mass[query_mask[:, None, :].expand_as(mass)].mean()
+
+
+# ---------------------------------------------------------------------------------------------
+# The adapter
+# ---------------------------------------------------------------------------------------------
+
+
+class AttentionAdapter(nn.Module):
+    """h -> h + scale * W_up relu(W_down h), with W_up starting at 0, on one self-attention module.
+
+    ``position="output"`` shifts the module's output (as the paper code), ``"input"`` the hidden
+    states its query, key and value projections read. Installed as hooks of the attention module
+    (:meth:`input_hook`, :meth:`output_hook`), it also records the module's attention
+    probabilities when ``record`` is set, and passes everything through unchanged when
+    ``enabled`` is unset (pi_ref).
+    """
+
+    def __init__(self, hidden_size: int, bottleneck: int, position: AdapterPosition = "output") -> None:
+        super().__init__()
+        self.position = position
+        self.down = nn.Linear(hidden_size, bottleneck, bias=False)
+        self.up = nn.Linear(bottleneck, hidden_size, bias=False)
+        nn.init.zeros_(self.up.weight)
+        self.scale = nn.Parameter(torch.ones(1))
+        self.enabled = True
+        self.record = False
+        self.recorded: torch.Tensor | None = None
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.scale * self.up(F.relu(self.down(hidden)))
+
+    def shift(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden + adapter(hidden), computed in the adapter's dtype."""
+        return hidden + self(hidden.to(self.down.weight.dtype)).to(hidden.dtype)
+
+    def input_hook(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """Forward pre-hook: shift the hidden states the attention reads (``position="input"``)."""
+        if not self.enabled:
+            return None
+        if "hidden_states" in kwargs:
+            return args, {**kwargs, "hidden_states": self.shift(kwargs["hidden_states"])}
+        return (self.shift(args[0]), *args[1:]), kwargs
+
+    def output_hook(self, module: nn.Module, args: Any, output: Any) -> Any:
+        """Forward hook: record the attention probabilities; shift the output (``position="output"``)."""
+        hidden, rest = (output[0], output[1:]) if isinstance(output, tuple) else (output, ())
+        if self.record:
+            weights = rest[0] if rest else None
+            if weights is None:
+                raise RuntimeError(
+                    f"{type(module).__name__} returned no attention probabilities: AttentionShifting needs the "
+                    "model's attn_implementation to stay 'eager'"
+                )
+            self.recorded = weights
+        if not self.enabled or self.position != "output":
+            return None
+        return (self.shift(hidden), *rest) if isinstance(output, tuple) else self.shift(hidden)
+
+
+# ---------------------------------------------------------------------------------------------
+# The method
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_range(name: str, value: float, low: float, high: float, low_open: bool = False) -> None:
+    if not (low < value if low_open else low <= value) or not value <= high:
+        bracket = "(" if low_open else "["
+        raise ValueError(f"{name} must be in {bracket}{low}, {high}], got {value}")
+
+
+class AttentionShifting(UnlearningModule):
+    """Attention-Shifting unlearning (see the module docstring for the loss and its sources).
+
+    Args:
+        suppress_factor: sigma in [0, 1], the share of a fact-bearing key's reference attention
+            removed in the forget target (paper code: 0.3).
+        boost_factor: beta >= 0, the relative boost of every other key in the forget target
+            (paper code: 1.2); fact-bearing mass shrinks by (1 - sigma) / (1 + beta).
+        retain_boost: gamma >= 0, the boost of essential retain tokens (ours: 0.2; 0 holds the
+            retain attention to the reference, as the paper code does).
+        top_fraction: rho in (0, 1], the share of candidate tokens marked fact-bearing
+            (forget) or essential (retain) by importance (ours: 0.3).
+        layers: the layers whose attention is shifted (default: the last two, as the paper code).
+        adapter_size: bottleneck width of the adapters, one per layer (paper code: 64).
+        adapter_position: ``output`` (paper code) adds each adapter to its attention module's
+            output, which moves the attention of the layers above it; ``input`` (ours) to the
+            hidden states the module reads, which moves its own attention too.
+        suppression_weight: lambda_sup. retention_weight: lambda_ret (paper code: 1 and 1).
+        retain_weight: alpha, weight of ``retain_loss`` (ours: 1; the code's default has none).
+        retain_loss: ``nll`` or ``kl`` on the retain answers.
+        refusal_weight: lambda_idk, weight of the refusal NLL on forget questions (ours: 1; 0 for
+            the attention-only objective). Needs ``ForgetRetainDataModule(refusals=...)``.
+        lr: learning rate of the adapters (paper code: 5e-4).
+        Other arguments: see :class:`~trustlit.CausalLMModule`.
+    """
+
+    def __init__(
+        self,
+        lm: CausalLMSpec | None = None,
+        suppress_factor: float = 0.3,
+        boost_factor: float = 1.2,
+        retain_boost: float = 0.2,
+        top_fraction: float = 0.3,
+        layers: list[int] | None = None,
+        adapter_size: int = 64,
+        adapter_position: AdapterPosition = "output",
+        suppression_weight: float = 1.0,
+        retention_weight: float = 1.0,
+        retain_weight: float = 1.0,
+        retain_loss: RetainLoss = "nll",
+        refusal_weight: float = 1.0,
+        lr: float = 5e-4,
+        **kwargs: Any,
+    ) -> None:
+        _check_range("suppress_factor", suppress_factor, 0.0, 1.0)
+        _check_range("top_fraction", top_fraction, 0.0, 1.0, low_open=True)
+        for key, value in (
+            ("boost_factor", boost_factor),
+            ("retain_boost", retain_boost),
+            ("suppression_weight", suppression_weight),
+            ("retention_weight", retention_weight),
+            ("retain_weight", retain_weight),
+            ("refusal_weight", refusal_weight),
+        ):
+            if not value >= 0:
+                raise ValueError(f"{key} must be >= 0, got {value}")
+        if suppression_weight == 0 and refusal_weight == 0:
+            raise ValueError("suppression_weight and refusal_weight are both 0: nothing would be unlearned")
+        if isinstance(adapter_size, bool) or not isinstance(adapter_size, int) or adapter_size < 1:
+            raise ValueError(f"adapter_size must be a positive integer, got {adapter_size}")
+        if adapter_position not in ("output", "input"):
+            raise ValueError(f"adapter_position must be 'output' or 'input', got '{adapter_position}'")
+        if layers is not None and len(layers) == 0:
+            raise ValueError("layers must name at least one layer (e.g. [-2, -1]), got []")
+        check_retain_loss(retain_loss)
+        spec = CausalLMSpec(**lm) if isinstance(lm, dict) else lm
+        if spec is not None and spec.lora is not None:
+            raise ValueError("AttentionShifting trains its own attention adapters: drop `lora` from the model spec")
+        super().__init__(spec, lr=lr, **kwargs)
+
+        blocks = decoder_layers(self.model)
+        chosen = layers if layers is not None else [-2, -1]
+        for index in chosen:
+            decoder_layer(self.model, index)  # an index the model lacks is an error naming the valid ones
+        self.layer_indices = sorted({index % len(blocks) for index in chosen})
+        if adapter_position == "output" and self.layer_indices[0] == 0:
+            rank_zero_warn(
+                "AttentionShifting: layer 0's attention comes before every adapter when adapter_position='output', "
+                "so its terms cannot change; target later layers or use adapter_position='input'"
+            )
+
+        if self.model.config._attn_implementation != "eager":
+            self.model.set_attn_implementation("eager")  # to read attention probabilities
+        self.model.requires_grad_(False)
+        self.shift_adapters: list[AttentionAdapter] = []
+        for block in blocks:
+            attention = self_attention(block)
+            adapter = AttentionAdapter(self.model.config.hidden_size, adapter_size, adapter_position)
+            attention.add_module(ADAPTER_NAME, adapter)
+            if adapter_position == "input":
+                attention.register_forward_pre_hook(adapter.input_hook, with_kwargs=True)
+            attention.register_forward_hook(adapter.output_hook)
+            self.shift_adapters.append(adapter)
+        self.special_ids = sorted(set(self.tokenizer.all_special_ids))
+        self._importance_cache: dict[tuple[str, int], torch.Tensor] = {}
+
+    # -- passes through the network ------------------------------------------------------------
+
+    @contextmanager
+    def _pass(self, adapters: bool) -> Iterator[list[AttentionAdapter]]:
+        """Adapters on (pi_theta) or off (pi_ref), recording the attention of ``layers``."""
+        recorders = [self.shift_adapters[i] for i in self.layer_indices]
+        for adapter in self.shift_adapters:
+            adapter.enabled = adapters
+        for adapter in recorders:
+            adapter.record = True
+        try:
+            yield recorders
+        finally:
+            for adapter in self.shift_adapters:
+                adapter.enabled, adapter.record, adapter.recorded = True, False, None
+
+    def attention_maps(self, batch: dict[str, Any], adapters: bool = True) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Logits and the attention [B, H, T, T] of each layer in ``layers``, with adapters on or off."""
+        with self._pass(adapters) as recorders:
+            logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            return logits, [adapter.recorded for adapter in recorders]
+
+    def candidates(self, batch: dict[str, Any]) -> torch.Tensor:
+        """[B, T] bool: tokens that may be fact-bearing or essential (not padding, not special)."""
+        special = torch.tensor(self.special_ids, device=batch["input_ids"].device)
+        return batch["attention_mask"].bool() & ~torch.isin(batch["input_ids"], special)
+
+    def _cache_keys(self, batch: dict[str, Any]) -> list[tuple[str, int]] | None:
+        if "index" not in batch:
+            return None
+        return [(str(batch.get("split")), int(i)) for i in batch["index"]]
+
+    def reference_pass(
+        self, batch: dict[str, Any], importance: bool = True
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None]:
+        """pi_ref's logits, attention maps of ``layers`` and (if asked) importance scores s [B, T].
+
+        Scores already computed for the batch's samples come from the cache; otherwise the
+        answer NLL is differentiated with respect to the input embeddings (no parameter gets a
+        gradient).
+        """
+        keys = self._cache_keys(batch)
+        valid = batch["attention_mask"].bool()
+        cached = (
+            importance
+            and keys is not None
+            and all(
+                key in self._importance_cache and self._importance_cache[key].numel() == int(valid[row].sum())
+                for row, key in enumerate(keys)
+            )
+        )
+        was_training = self.model.training
+        self.model.eval()  # pi_ref is evaluated without dropout
+        try:
+            if not importance or cached:
+                with torch.no_grad():
+                    logits, maps = self.attention_maps(batch, adapters=False)
+                scores = None
+                if cached:
+                    scores = torch.zeros(valid.shape, device=valid.device)
+                    for row, key in enumerate(keys):
+                        scores[row, valid[row]] = self._importance_cache[key].to(valid.device)
+                return logits, maps, scores
+            with torch.enable_grad(), self._pass(adapters=False) as recorders:
+                embeddings = self.model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_(True)
+                logits = self.model(inputs_embeds=embeddings, attention_mask=batch["attention_mask"]).logits
+                maps = [adapter.recorded for adapter in recorders]
+                (gradient,) = torch.autograd.grad(token_nll(logits, batch["labels"]).sum(), embeddings)
+        finally:
+            self.model.train(was_training)
+        maps = [m.detach() for m in maps]
+        received = attention_received(torch.stack(maps).float().mean(0), answer_query_mask(batch["labels"]))
+        scores = importance_scores(gradient.float().norm(dim=-1), received, self.candidates(batch))
+        if keys is not None:
+            for row, key in enumerate(keys):
+                self._importance_cache[key] = scores[row, valid[row]].detach().cpu()
+        return logits.detach(), maps, scores.detach()
+
+    def selected_tokens(self, batch: dict[str, Any], scores: torch.Tensor) -> torch.Tensor:
+        """[B, T] bool: the top ``top_fraction`` of candidates by importance (F or E)."""
+        return top_fraction_mask(scores, self.candidates(batch), self.hparams.top_fraction)
+
+    # -- the loss -----------------------------------------------------------------------------
+
+    def _shift_loss(
+        self, maps: list[torch.Tensor], ref_maps: list[torch.Tensor], weights: torch.Tensor, queries: torch.Tensor
+    ) -> torch.Tensor:
+        terms = [
+            attention_kl(shifted_attention(ref.float(), weights), current, queries)
+            for current, ref in zip(maps, ref_maps, strict=True)
+        ]
+        return torch.stack(terms).mean()
+
+    def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """L and its terms (see the module docstring), with attention diagnostics: ``fact_attention``
+        and ``fact_attention_ref``, the mean attention mass answer positions put on fact-bearing
+        tokens under pi_theta and pi_ref."""
+        hp = self.hparams
+        forget, retain = batch["forget"], batch["retain"]
+        if hp.refusal_weight > 0 and "idk" not in batch:
+            raise ValueError(
+                "AttentionShifting's refusal term needs refusal answers: set `refusals: default` on the "
+                "ForgetRetainDataModule, or refusal_weight=0 for the attention-only objective"
+            )
+
+        _, ref_forget_maps, forget_scores = self.reference_pass(forget, importance=True)
+        fact = self.selected_tokens(forget, forget_scores)
+        forget_queries = answer_query_mask(forget["labels"])
+        forget_logits, forget_maps = self.attention_maps(forget)
+        weights = shift_weights(fact, 1.0 - hp.suppress_factor, 1.0 + hp.boost_factor)
+        suppression = self._shift_loss(forget_maps, ref_forget_maps, weights, forget_queries)
+
+        need_essential = hp.retain_boost > 0 and hp.retention_weight > 0
+        ref_retain_logits, ref_retain_maps, retain_scores = self.reference_pass(retain, importance=need_essential)
+        retain_queries = answer_query_mask(retain["labels"])
+        retain_logits, retain_maps = self.attention_maps(retain)
+        if need_essential:
+            weights = shift_weights(self.selected_tokens(retain, retain_scores), 1.0 + hp.retain_boost, 1.0)
+        else:
+            weights = torch.ones(retain["input_ids"].shape, device=retain_logits.device)
+        retention = self._shift_loss(retain_maps, ref_retain_maps, weights, retain_queries)
+
+        retain_nll = token_mean_nll(*sequence_logprobs_from_logits(retain_logits, retain["labels"]))
+        if hp.retain_loss == "nll":
+            retain_term = retain_nll
+        else:
+            retain_term = kl_to_reference(retain_logits, ref_retain_logits, retain["labels"])
+
+        loss = hp.suppression_weight * suppression + hp.retention_weight * retention + hp.retain_weight * retain_term
+        terms = {
+            "suppression": suppression.detach(),
+            "retention": retention.detach(),
+            f"retain_{hp.retain_loss}": retain_term.detach(),
+        }
+        if hp.refusal_weight > 0:
+            refusal = token_mean_nll(*self.logprobs(batch["idk"]))
+            loss = loss + hp.refusal_weight * refusal
+            terms["refusal_nll"] = refusal.detach()
+        with torch.no_grad():
+            terms["forget_nll"] = token_mean_nll(*sequence_logprobs_from_logits(forget_logits, forget["labels"]))
+            terms["retain_nll"] = retain_nll.detach()
+            terms["fact_attention"] = torch.stack([attention_mass(m, fact, forget_queries) for m in forget_maps]).mean()
+            terms["fact_attention_ref"] = torch.stack(
+                [attention_mass(m, fact, forget_queries) for m in ref_forget_maps]
+            ).mean()
+        return {"loss": loss, **terms}
+
+
+__all__ = [
+    "AttentionAdapter",
+    "AttentionShifting",
+    "answer_query_mask",
+    "attention_kl",
+    "attention_mass",
+    "attention_received",
+    "importance_scores",
+    "shift_weights",
+    "shifted_attention",
+    "top_fraction_mask",
+]
