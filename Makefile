@@ -7,8 +7,14 @@ TORCH_VERSION ?= 2.13.0
 # CPU machines get the CPU build of torch (a plain `torch` pulls a multi-GB CUDA build);
 # GPU machines keep PyPI's CUDA build. Override: make TORCH_INDEX=https://download.pytorch.org/whl/cu128 ...
 TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,https://download.pytorch.org/whl/cpu)
-DEMO_RECIPE := recipes/quickstart/finetune_fictitious.yaml
-DEMO_DIR := runs/quickstart/finetune_fictitious
+# The demo pipeline: fine-tune (the model), fine-tune on retain90 only (the retain model),
+# evaluate both, unlearn forget10 with SimNPO, evaluate, and compare the three.
+FINETUNE := recipes/quickstart/finetune_fictitious.yaml
+UNLEARN := recipes/quickstart/unlearn_fictitious.yaml
+DEMO := runs/quickstart
+RETAIN_DIR := $(DEMO)/retain_fictitious
+RUN := $(VENV)/bin/trustlit
+QUIET := --trainer.enable_progress_bar=false
 
 .PHONY: demo test lint clean
 
@@ -23,9 +29,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	rm -rf $(DEMO_DIR)
-	$(VENV)/bin/trustlit fit -c $(DEMO_RECIPE) --trainer.enable_progress_bar=false
-	$(VENV)/bin/trustlit test -c $(DEMO_RECIPE) --ckpt_path last --trainer.enable_progress_bar=false
+	rm -rf $(DEMO)
+	$(RUN) fit -c $(FINETUNE) $(QUIET)
+	$(RUN) fit -c $(FINETUNE) $(QUIET) --data.init_args.train_split=retain90 \
+	  --trainer.default_root_dir=$(RETAIN_DIR) --trainer.logger.init_args.save_dir=$(RETAIN_DIR)
+	$(RUN) test -c $(FINETUNE) $(QUIET) --ckpt_path=$(RETAIN_DIR)/checkpoints/last.ckpt \
+	  --trainer.default_root_dir=$(RETAIN_DIR) --trainer.logger.init_args.save_dir=$(RETAIN_DIR)
+	$(RUN) test -c $(FINETUNE) $(QUIET) --ckpt_path=last \
+	  --trainer.callbacks.init_args.reference=$(RETAIN_DIR)/unlearning_eval.json
+	$(RUN) fit -c $(UNLEARN) $(QUIET)
+	$(RUN) test -c $(UNLEARN) $(QUIET) --ckpt_path=last
+	@$(RUN) compare retain_model=$(RETAIN_DIR)/unlearning_eval.json \
+	  before=$(DEMO)/finetune_fictitious/unlearning_eval.json after_simnpo=$(DEMO)/unlearn_fictitious/unlearning_eval.json
 
 # pytest's exit code 5 (no test collected) fails the target like any other failure.
 test: $(STAMP)

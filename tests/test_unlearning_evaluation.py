@@ -11,6 +11,7 @@ import pytest
 from lightning.pytorch.loggers import CSVLogger
 
 from trustlit import CausalLMFineTuning, CausalLMSpec
+from trustlit.cli import main
 from trustlit.data import FictitiousConfig, QADataModule
 from trustlit.unlearning.evaluation import UnlearningEvaluation, write_json_atomic
 
@@ -167,3 +168,22 @@ def test_an_unknown_split_fails_before_training(tmp_path):
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         evaluation(**kwargs)
+
+
+def test_compare_prints_runs_side_by_side(tmp_path, capsys):
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    write_json_atomic(before, {"metrics": {"forget_prob": 0.9, "model_utility": 0.5}})
+    write_json_atomic(after, {"metrics": {"forget_prob": 0.125, "forget_quality": 0.25}})
+    main(["compare", f"before={before}", f"after={after}"])
+    rows = {
+        line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+        for line in capsys.readouterr().out.splitlines()
+        if line.count("│") == 4
+    }
+    assert rows["forget_prob"] == ["0.9000", "0.1250"]
+    assert rows["model_utility"] == ["0.5000", "-"]
+    assert rows["forget_quality"] == ["-", "0.2500"]
+    with pytest.raises(FileNotFoundError, match=r"missing\.json"):
+        main(["compare", str(tmp_path / "missing.json")])
+    with pytest.raises(SystemExit, match="usage"):
+        main(["compare"])

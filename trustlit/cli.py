@@ -4,7 +4,7 @@
     trustlit fit -c RECIPE --ckpt_path last          # resume from <default_root_dir>/checkpoints
     trustlit test -c RECIPE --ckpt_path last
     trustlit recipes [DIR]                           # list recipes with their descriptions
-    trustlit compare EVAL.json [EVAL.json ...]       # unlearning evaluations side by side
+    trustlit compare [LABEL=]EVAL.json ...           # unlearning evaluations side by side
 
 Model and data are chosen by class (``class_path``) in subclass mode; short names resolve
 because this module imports every method package. Checkpoints always include ``last.ckpt``,
@@ -95,7 +95,7 @@ def _print_recipes(args: list[str]) -> None:
 
 def _compare(paths: list[str]) -> None:
     if not paths:
-        raise SystemExit("usage: trustlit compare EVAL.json [EVAL.json ...] (files written by UnlearningEvaluation)")
+        raise SystemExit("usage: trustlit compare [LABEL=]EVAL.json ... (files written by UnlearningEvaluation)")
     Console().print(compare_runs(paths))
 
 

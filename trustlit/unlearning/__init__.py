@@ -7,11 +7,13 @@ from trustlit.unlearning.grad_ascent import GradAscent
 from trustlit.unlearning.grad_diff import GradDiff
 from trustlit.unlearning.idk_dpo import IdkDPO
 from trustlit.unlearning.kl import KLMinimization
+from trustlit.unlearning.lunar import LUNAR
 from trustlit.unlearning.npo import NPO
 from trustlit.unlearning.rmu import RMU
 from trustlit.unlearning.simnpo import SimNPO
 
 __all__ = [
+    "LUNAR",
     "NPO",
     "RMU",
     "AttentionShifting",

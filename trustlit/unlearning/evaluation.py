@@ -328,23 +328,27 @@ def metrics_table(runs: Mapping[str, Mapping[str, float]], title: str) -> Table:
     table = Table(title=title)
     table.add_column("metric")
     for name in runs:
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", overflow="fold")
     names = list(dict.fromkeys(key for metrics in runs.values() for key in metrics))
     for name in names:
         cells = [f"{metrics[name]:.4f}" if name in metrics else "-" for metrics in runs.values()]
-        table.add_row(METRIC_PREFIX + name, *cells)
+        table.add_row(name, *cells)
     return table
 
 
-def compare_runs(paths: Sequence[str]) -> Table:
-    """The metrics of several ``unlearning_eval.json`` files side by side (``trustlit compare``)."""
-    runs = {}
-    for path in paths:
+def compare_runs(runs: Sequence[str]) -> Table:
+    """The metrics of several ``unlearning_eval.json`` files side by side (``trustlit compare``).
+
+    Each run is ``PATH`` or ``LABEL=PATH``; the label (default: the path) heads its column.
+    """
+    columns = {}
+    for run in runs:
+        label, _, path = run.rpartition("=")
         file = Path(path)
         if not file.is_file():
             raise FileNotFoundError(f"evaluation file not found: {path}")
         metrics = _field(json.loads(file.read_text(encoding="utf-8")), "metrics")
         if not isinstance(metrics, dict):
             raise ValueError(f"{path} has no 'metrics': is it a file written by UnlearningEvaluation?")
-        runs[path] = metrics
-    return metrics_table(runs, title="unlearning evaluation")
+        columns[label or path] = metrics
+    return metrics_table(columns, title="unlearning evaluation")
