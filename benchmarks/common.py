@@ -1,13 +1,25 @@
-"""Shared by the benchmark scripts: machine facts for the reports, quiet short runs."""
+"""Shared by the benchmark scripts: machine facts, sectioned reports, quiet short runs.
+
+A report (``docs/benchmarks/<area>.md``) holds one delimited block per section: a run rewrites the
+sections it ran and keeps the others, so every section can be regenerated alone, and every block
+records its own command, date, machine and versions (:func:`provenance`).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import platform
+import re
 import warnings
+from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 
 import lightning as L
+import torch
+
+BLOCK = re.compile(r"<!-- section: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- end section: (?P=name) -->\n", re.S)
 
 
 def cpu_model() -> str:
@@ -53,3 +65,50 @@ def bare_trainer(callbacks: list[L.Callback], **budget: int) -> L.Trainer:
         callbacks=callbacks,
         **budget,
     )
+
+
+def provenance(command: str, quick: bool, load_before: float | None, versions: str = "") -> str:
+    """Command, date, machine, load and versions of one section (``versions``: extra packages)."""
+    load = (f"{load_before:.2f} before the section, " if load_before is not None else "") + (
+        f"{os.getloadavg()[0]:.2f} after"
+    )
+    extra = f", {versions}" if versions else ""
+    return (
+        f"- Command: `{command}`{' (**quick smoke run**, not the reference numbers)' if quick else ''}\n"
+        f"- Date: {datetime.now(timezone.utc).strftime('%a %b %d %H:%M:%S UTC %Y')}\n"
+        f"- Machine: {cpu_model()}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} available to the "
+        f"process), CPU only; torch threads: {torch.get_num_threads()}\n"
+        f"- 1-minute load average: {load} (this process accounts for about 1; more means that other processes "
+        "competed for the cores)\n"
+        f"- Versions: Python {platform.python_version()}, torch {torch.__version__}, lightning {L.__version__}{extra}"
+    )
+
+
+def with_provenance(text: str, provenance_lines: str) -> str:
+    """The section's markdown with its provenance under its first line (its title)."""
+    title, _, body = text.partition("\n")
+    return f"{title}\n\n{provenance_lines}\n\n{body.lstrip()}"
+
+
+def read_sections(path: Path) -> dict[str, str]:
+    """The section blocks of an earlier report, by name (empty if there is none)."""
+    if not path.is_file():
+        return {}
+    return {m["name"]: m["body"] for m in BLOCK.finditer(path.read_text(encoding="utf-8"))}
+
+
+def render_report(title: str, script: str, order: Sequence[str], sections: dict[str, str]) -> str:
+    """The whole report: sections in ``order``, then any kept from a report written by a newer script."""
+    known = [name for name in order if name in sections]
+    others = [name for name in sections if name not in order]
+    blocks = "\n".join(
+        f"<!-- section: {name} -->\n{sections[name].rstrip()}\n\n<!-- end section: {name} -->\n"
+        for name in known + others
+    )
+    return f"""# {title}
+
+Produced by `{script}`; one section per `--sections` name ({", ".join(f"`{n}`" for n in order)}).
+Each section is regenerated alone (`.venv/bin/python {script} --sections NAME`) and records its own
+command, date, machine and versions.
+
+{blocks}"""

@@ -29,15 +29,12 @@ import argparse
 import gc
 import math
 import os
-import platform
-import re
 import shlex
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,7 +44,14 @@ import opacus
 import scipy
 import torch
 import torch.nn.functional as F
-from common import bare_trainer, cpu_model, quiet  # beside this script (sys.path[0])
+from common import (  # beside this script (sys.path[0])
+    bare_trainer,
+    quiet,
+    read_sections,
+    render_report,
+    with_provenance,
+)
+from common import provenance as common_provenance
 from opacus.accountants import create_accountant
 from opacus.accountants.utils import get_noise_multiplier
 from privacy_accuracy import accuracy_section  # beside this script (sys.path[0])
@@ -75,19 +79,8 @@ def trainer(max_steps: int, callbacks: list[L.Callback]) -> L.Trainer:
 
 
 def provenance(args: argparse.Namespace) -> str:
-    """Command, date, machine and versions: every section carries its own (sections are regenerated alone)."""
-    before = getattr(args, "load_before", None)
-    load = (f"{before:.2f} before the section, " if before is not None else "") + f"{os.getloadavg()[0]:.2f} after"
-    return (
-        f"- Command: `{args.command}`{' (**quick smoke run**, not the reference numbers)' if args.quick else ''}\n"
-        f"- Date: {datetime.now(timezone.utc).strftime('%a %b %d %H:%M:%S UTC %Y')}\n"
-        f"- Machine: {cpu_model()}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} available to the "
-        f"process), CPU only; torch threads: {torch.get_num_threads()}\n"
-        f"- 1-minute load average: {load} (this process accounts for about 1; more means that other processes "
-        "competed for the cores)\n"
-        f"- Versions: Python {platform.python_version()}, torch {torch.__version__}, lightning {L.__version__}, "
-        f"opacus {opacus.__version__}, scipy {scipy.__version__}"
-    )
+    versions = f"opacus {opacus.__version__}, scipy {scipy.__version__}"
+    return common_provenance(args.command, args.quick, getattr(args, "load_before", None), versions)
 
 
 def ms(seconds: float) -> str:
@@ -941,37 +934,6 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], str]] = {
     "audit": audit_section,
 }
 
-BLOCK = re.compile(r"<!-- section: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- end section: (?P=name) -->\n", re.S)
-
-
-def with_provenance(text: str, args: argparse.Namespace) -> str:
-    """The section's markdown with :func:`provenance` under its first line (its title)."""
-    title, _, body = text.partition("\n")
-    return f"{title}\n\n{provenance(args)}\n\n{body.lstrip()}"
-
-
-def read_sections(path: Path) -> dict[str, str]:
-    """The section blocks of an earlier report, by name (empty if there is none)."""
-    if not path.is_file():
-        return {}
-    return {m["name"]: m["body"] for m in BLOCK.finditer(path.read_text(encoding="utf-8"))}
-
-
-def render(sections: dict[str, str]) -> str:
-    known = [name for name in SECTIONS if name in sections]
-    others = [name for name in sections if name not in SECTIONS]  # kept from a report written by a newer script
-    blocks = "\n".join(
-        f"<!-- section: {name} -->\n{sections[name].rstrip()}\n\n<!-- end section: {name} -->\n"
-        for name in known + others
-    )
-    return f"""# Privacy benchmarks
-
-Produced by `{SCRIPT}`; one section per `--sections` name ({", ".join(f"`{n}`" for n in SECTIONS)}).
-Each section is regenerated alone (`.venv/bin/python {SCRIPT} --sections NAME`) and records its own
-command, date, machine and versions.
-
-{blocks}"""
-
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -1022,10 +984,10 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.sections:
         args.load_before = os.getloadavg()[0]
         began = time.perf_counter()
-        sections[name] = with_provenance(SECTIONS[name](args), args)
+        sections[name] = with_provenance(SECTIONS[name](args), provenance(args))
         print(f"{name}: {time.perf_counter() - began:.0f} s", flush=True)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(render(sections), encoding="utf-8")
+    output.write_text(render_report("Privacy benchmarks", SCRIPT, list(SECTIONS), sections), encoding="utf-8")
     for name in args.sections:
         print(sections[name])
     print(f"written to {output} ({time.perf_counter() - start:.0f} s)")

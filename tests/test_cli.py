@@ -151,7 +151,7 @@ def test_missing_data_directory_is_named_and_nothing_is_written(tmp_path):
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ('{"question": "q1", "answer": "a1"}\n{"question": "q2"}\n', "retain90.json:2: missing or non-string 'answer'"),
+        ('{"question": "q1", "answer": "a1"}\n{"question": "q2"}\n', "full.json:2: missing or non-string 'answer'"),
         ("", "the dataset is empty"),
     ],
     ids=["line-without-answer", "empty"],
@@ -159,7 +159,7 @@ def test_missing_data_directory_is_named_and_nothing_is_written(tmp_path):
 def test_bad_data_file_is_named_and_nothing_is_written(tmp_path, content, message):
     data = tmp_path / "data"
     data.mkdir()
-    (data / "retain90.json").write_text(content)
+    (data / "full.json").write_text(content)  # the quickstart trains on full
     (data / "forget10.json").write_text('{"question": "q", "answer": "a"}\n')
     with pytest.raises(ValueError, match=message):
         run_cli(fit_args(tmp_path / "run", f"--data.init_args.source={data}"))

@@ -541,21 +541,22 @@ def test_pair_sampler_when_retain_is_larger():
     sampler = PairSampler(num_forget=6, num_retain=10, seed=0)
     pairs = list(sampler)
     assert len(sampler) == len(pairs) == 6
-    assert sorted(f for f, _ in pairs) == list(range(6))
-    retain = [r for _, r in pairs]
+    assert sorted(f for f, _, _ in pairs) == list(range(6))
+    retain = [r for _, r, _ in pairs]
     assert len(set(retain)) == 6 and all(0 <= r < 10 for r in retain)
+    assert {k for _, _, k in pairs} == {0}  # no refusals: the third index is unused
 
 
 def test_pair_sampler_cycles_a_smaller_retain_set():
     sampler = PairSampler(num_forget=11, num_retain=4, seed=3)
     pairs = list(sampler)
-    assert sorted(f for f, _ in pairs) == list(range(11))
-    counts = Counter(r for _, r in pairs)
+    assert sorted(f for f, _, _ in pairs) == list(range(11))
+    counts = Counter(r for _, r, _ in pairs)
     assert set(counts) == set(range(4))
     # two full permutations then 3 of a third: every retain index is used 2 or 3 times
     assert sorted(counts.values()) == [2, 3, 3, 3]
     # each block of 4 consecutive draws is a permutation (drawn without replacement)
-    retain = [r for _, r in pairs]
+    retain = [r for _, r, _ in pairs]
     assert sorted(retain[:4]) == sorted(retain[4:8]) == [0, 1, 2, 3]
     assert len(set(retain[8:])) == 3
 
@@ -569,3 +570,10 @@ def test_pair_sampler_seed_and_epoch():
     assert list(a) != first
     b.set_epoch(1)
     assert list(a) == list(b)
+
+
+def test_pair_sampler_draws_refusals_without_changing_the_pairs():
+    plain, with_refusals = PairSampler(20, 30, seed=5), PairSampler(20, 30, seed=5, num_refusals=7)
+    assert [p[:2] for p in plain] == [p[:2] for p in with_refusals]
+    refusals = [k for _, _, k in with_refusals]
+    assert all(0 <= k < 7 for k in refusals) and len(set(refusals)) > 1
