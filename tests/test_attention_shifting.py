@@ -8,6 +8,7 @@ import math
 import lightning as L
 import pytest
 import torch
+from conftest import quiet_trainer
 from torch.utils.data import DataLoader
 
 from trustlit import CausalLMFineTuning, CausalLMSpec
@@ -38,18 +39,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def trainer(max_steps: int) -> L.Trainer:
-    return L.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        max_steps=max_steps,
-        limit_val_batches=0,
-    )
 
 
 def forget_retain_data(module: L.LightningModule, refusals: str | None = "default") -> ForgetRetainDataModule:
@@ -246,7 +235,7 @@ def finetuned(tmp_path_factory) -> str:
         prompt_format="chat",
         fictitious=CORPUS,
     )
-    trainer(60).fit(module, data)
+    quiet_trainer(max_steps=60).fit(module, data)
     path = tmp_path_factory.mktemp("finetuned")
     module.model.save_pretrained(path)
     module.tokenizer.save_pretrained(path)
@@ -277,7 +266,7 @@ def unlearned(finetuned):
     with torch.no_grad():
         before = {"forget": answer_nll_of(module.model, data, 0), "retain": answer_nll_of(module.model, data, 1)}
     module.train()
-    trainer(100).fit(module, data)
+    quiet_trainer(max_steps=100).fit(module, data)
     module.eval()
     with torch.no_grad():
         after = {"forget": answer_nll_of(module.model, data, 0), "retain": answer_nll_of(module.model, data, 1)}

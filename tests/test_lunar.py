@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import copy
 
-import lightning as L
 import pytest
 import torch
+from conftest import quiet_trainer
 from lightning.pytorch.cli import LightningCLI
 
 from trustlit.data import ForgetRetainDataModule, fictitious_split
@@ -32,19 +32,6 @@ def datamodule() -> ForgetRetainDataModule:
     )
 
 
-def trainer(**kwargs) -> L.Trainer:
-    return L.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        **kwargs,
-    )
-
-
 def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: value.detach().clone() for name, value in model.state_dict().items()}
 
@@ -67,7 +54,7 @@ def last_token_output(model, tokenizer, question: str, layer: int) -> torch.Tens
 def test_fit_trains_only_the_down_projection_with_per_epoch_decay():
     module = LUNAR(lm=LLAMA, layer=1, generate=False)
     before = snapshot(module.model)
-    fit = trainer(max_epochs=3)
+    fit = quiet_trainer(max_epochs=3)
     fit.fit(module, datamodule())
     assert changed(module.model, before) == ["model.layers.1.mlp.down_proj.weight"]
     assert [p for p in module.parameters() if p.requires_grad] == [module.model.model.layers[1].mlp.down_proj.weight]
@@ -79,7 +66,7 @@ def test_fit_trains_only_the_down_projection_with_per_epoch_decay():
 
     # a second fit redefines r on the model before unlearning, not on the trained one
     first = module.redirection.clone()
-    trainer(max_epochs=1).fit(module, datamodule())
+    quiet_trainer(max_epochs=1).fit(module, datamodule())
     torch.testing.assert_close(module.redirection, first, rtol=1e-5, atol=1e-7)
 
 
@@ -89,7 +76,7 @@ def test_redirection_is_reference_mean_minus_forget_mean(spec):
     reference = ["Who won the 2093 chess final on Mars?", "Explain how to pick a lock to burgle a house."]
     module = LUNAR(lm=spec, layer=0, reference_prompts=reference, generate=False)
     original = copy.deepcopy(module.model).eval()
-    trainer(max_epochs=1).fit(module, datamodule())
+    quiet_trainer(max_epochs=1).fit(module, datamodule())
 
     tokenizer = module.tokenizer
     forget = [r["question"] for r in fictitious_split("forget10", 10)]
@@ -104,7 +91,7 @@ def test_redirection_is_reference_mean_minus_forget_mean(spec):
 def test_loss_at_original_weight_is_the_closed_form(spec):
     coefficient = 3.0
     module = LUNAR(lm=spec, layer=1, coefficient=coefficient, generate=False)
-    fit = trainer(max_steps=1)  # the one logged step is computed before the first update, at W = W0
+    fit = quiet_trainer(max_steps=1)  # the one logged step is computed before the first update, at W = W0
     fit.fit(module, datamodule())
     metrics = fit.callback_metrics
     r = module.redirection.double()
@@ -117,7 +104,7 @@ def test_loss_at_original_weight_is_the_closed_form(spec):
 
 def test_checkpoint_round_trip_keeps_r_and_w(tmp_path):
     module = LUNAR(lm=LLAMA, layer=1, generate=False)
-    fit = trainer(max_epochs=1)
+    fit = quiet_trainer(max_epochs=1)
     fit.fit(module, datamodule())
     fit.save_checkpoint(tmp_path / "lunar.ckpt")
     loaded = LUNAR.load_from_checkpoint(tmp_path / "lunar.ckpt")
@@ -130,7 +117,7 @@ def test_checkpoint_round_trip_keeps_r_and_w(tmp_path):
 def test_gpt2_trains_only_its_mlp_c_proj():
     module = LUNAR(lm=GPT2, layer=0, generate=False)
     before = snapshot(module.model)
-    trainer(max_epochs=2).fit(module, datamodule())
+    quiet_trainer(max_epochs=2).fit(module, datamodule())
     assert changed(module.model, before) == ["transformer.h.0.mlp.c_proj.weight"]
 
 
@@ -169,7 +156,7 @@ def redirect(module_class: type[LUNAR], coefficient: float) -> dict[str, float]:
     """Fit (20 epochs, the default schedule) and measure forget and retain prompt tokens."""
     module = module_class(lm=LLAMA, layer=0, coefficient=coefficient, generate=False)
     data = datamodule()
-    trainer(max_epochs=20).fit(module, data)
+    quiet_trainer(max_epochs=20).fit(module, data)
     module.model.eval()
     r = module.redirection
     scale = coefficient * r.norm()
@@ -231,7 +218,7 @@ def test_training_never_runs_the_layers_above_l():
     handles += [layer.register_forward_pre_hook(count("above")) for layer in decoder_layers(module.model)[1:]]
     handles.append(module.model.lm_head.register_forward_pre_hook(count("head")))
     try:
-        trainer(max_epochs=2).fit(module, datamodule())
+        quiet_trainer(max_epochs=2).fit(module, datamodule())
     finally:
         for handle in handles:
             handle.remove()

@@ -6,9 +6,9 @@ import json
 import warnings
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
+from conftest import SHARED_DATA, quiet_trainer
 
 from trustlit import CausalLMFineTuning
 from trustlit.data import ForgetRetainDataModule, QADataModule
@@ -19,18 +19,6 @@ from trustlit.unlearning import NPO, RMU, GradAscent, GradDiff, IdkDPO, KLMinimi
 
 CORPUS = {"num_authors": 10, "seed": 0}
 TINY = {"hidden_size": 64, "num_layers": 3, "num_heads": 4}
-
-
-def quiet_trainer(**kwargs) -> L.Trainer:
-    return L.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        **kwargs,
-    )
 
 
 def forget_retain_data(**kwargs) -> ForgetRetainDataModule:
@@ -196,8 +184,6 @@ def test_idk_refusals_from_a_file(tmp_path, tofu_refusals):
 
 @pytest.fixture()
 def tofu_refusals() -> Path:
-    from conftest import SHARED_DATA
-
     return SHARED_DATA / "tofu" / "idontknow.jsonl"
 
 

@@ -1,7 +1,7 @@
 """LLM unlearning: pure losses (``losses.py``), one LightningModule per method, evaluation."""
 
 from trustlit.unlearning.attention_shifting import AttentionShifting
-from trustlit.unlearning.base import ReferenceModel, UnlearningModule
+from trustlit.unlearning.base import PreferenceUnlearning, ReferenceModel, UnlearningModule
 from trustlit.unlearning.evaluation import UnlearningEvaluation
 from trustlit.unlearning.grad_ascent import GradAscent
 from trustlit.unlearning.grad_diff import GradDiff
@@ -21,6 +21,7 @@ __all__ = [
     "GradDiff",
     "IdkDPO",
     "KLMinimization",
+    "PreferenceUnlearning",
     "ReferenceModel",
     "SimNPO",
     "UnlearningEvaluation",

@@ -17,6 +17,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from trustlit.lm import sequence_logprobs_from_logits
 from trustlit.lm_module import CausalLMModule
+from trustlit.models import CausalLMSpec
 from trustlit.unlearning.losses import kl_to_reference, token_mean_nll
 
 RetainLoss = Literal["nll", "kl"]
@@ -115,6 +116,47 @@ class UnlearningModule(CausalLMModule):
             raise RuntimeError(f"{type(self).__name__}: retain_loss='kl' needs use_reference() in __init__")
         ref_logits = self.reference(input_ids=retain["input_ids"], attention_mask=retain["attention_mask"]).logits
         return kl_to_reference(logits, ref_logits, retain["labels"])
+
+
+class PreferenceUnlearning(UnlearningModule):
+    """A preference loss against pi_ref on the forget set plus a retain term (NPO, IdkDPO).
+
+    L = forget_weight * L_pref + retain_weight * L_retain; subclasses give L_pref in
+    :meth:`preference_terms`.
+
+    Args:
+        beta: inverse temperature of the preference loss.
+        forget_weight: weight of the preference term.
+        retain_weight: alpha, weight of the retain term.
+        retain_loss: ``nll`` or ``kl``.
+        Other arguments: see :class:`~trustlit.CausalLMModule`.
+    """
+
+    def __init__(
+        self,
+        lm: CausalLMSpec | None = None,
+        beta: float = 0.1,
+        forget_weight: float = 1.0,
+        retain_weight: float = 1.0,
+        retain_loss: RetainLoss = "nll",
+        **kwargs: Any,
+    ) -> None:
+        check_positive(beta=beta)
+        check_retain_loss(retain_loss)
+        super().__init__(lm, **kwargs)
+        self.use_reference()
+
+    def preference_terms(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The forget-side terms: ``preference`` (minimised) and diagnostics such as ``forget_nll``."""
+        raise NotImplementedError
+
+    def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        terms = self.preference_terms(batch)
+        retain = self.retain_loss(batch["retain"], self.hparams.retain_loss)
+        loss = self.hparams.forget_weight * terms["preference"] + self.hparams.retain_weight * retain
+        return {"loss": loss, f"retain_{self.hparams.retain_loss}": retain.detach()} | {
+            name: value.detach() for name, value in terms.items()
+        }
 
 
 def check_retain_loss(kind: str) -> None:

@@ -16,46 +16,18 @@ from typing import Any
 
 import torch
 
-from trustlit.models import CausalLMSpec
-from trustlit.unlearning.base import RetainLoss, UnlearningModule, check_positive, check_retain_loss
+from trustlit.unlearning.base import PreferenceUnlearning
 from trustlit.unlearning.losses import npo_loss, token_mean_nll
 
 
-class NPO(UnlearningModule):
-    """NPO with a retain term (see the module docstring).
+class NPO(PreferenceUnlearning):
+    """NPO with a retain term (see the module docstring); arguments as :class:`PreferenceUnlearning`'s."""
 
-    Args:
-        beta: inverse temperature of the preference loss.
-        forget_weight: weight of the NPO term (1 in the paper).
-        retain_weight: alpha.
-        retain_loss: ``nll`` or ``kl``.
-        Other arguments: see :class:`~trustlit.CausalLMModule`.
-    """
-
-    def __init__(
-        self,
-        lm: CausalLMSpec | None = None,
-        beta: float = 0.1,
-        forget_weight: float = 1.0,
-        retain_weight: float = 1.0,
-        retain_loss: RetainLoss = "nll",
-        **kwargs: Any,
-    ) -> None:
-        check_positive(beta=beta)
-        check_retain_loss(retain_loss)
-        super().__init__(lm, **kwargs)
-        self.use_reference()
-
-    def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+    def preference_terms(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         forget = batch["forget"]
         logp, num_tokens = self.logprobs(forget)
         ref_logp, _ = self.reference.sequence_logprobs(forget)
-        forget_term = npo_loss(logp, ref_logp, self.hparams.beta)
-        retain = self.retain_loss(batch["retain"], self.hparams.retain_loss)
-        loss = self.hparams.forget_weight * forget_term + self.hparams.retain_weight * retain
         return {
-            "loss": loss,
-            "npo": forget_term.detach(),
-            f"retain_{self.hparams.retain_loss}": retain.detach(),
-            "forget_nll": token_mean_nll(logp, num_tokens).detach(),
+            "preference": npo_loss(logp, ref_logp, self.hparams.beta),
+            "forget_nll": token_mean_nll(logp, num_tokens),
         }
