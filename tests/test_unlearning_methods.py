@@ -15,7 +15,17 @@ from trustlit.data import ForgetRetainDataModule, QADataModule
 from trustlit.data.refusals import DEFAULT_REFUSALS, load_refusals
 from trustlit.lm import answer_nll
 from trustlit.models import load_causal_lm
-from trustlit.unlearning import NPO, RMU, GradAscent, GradDiff, IdkDPO, KLMinimization, SimNPO
+from trustlit.unlearning import (
+    LUNAR,
+    NPO,
+    RMU,
+    AttentionShifting,
+    GradAscent,
+    GradDiff,
+    IdkDPO,
+    KLMinimization,
+    SimNPO,
+)
 
 CORPUS = {"num_authors": 10, "seed": 0}
 TINY = {"hidden_size": 64, "num_layers": 3, "num_heads": 4}
@@ -72,19 +82,21 @@ def test_load_checkpoint_errors(tmp_path):
         load_causal_lm(str(tmp_path / "adapted.ckpt"))
 
 
-METHODS = [
-    (GradAscent, {"lr": 4e-4}),
-    (GradDiff, {"lr": 1e-3}),
-    (KLMinimization, {"lr": 1e-3}),
-    (NPO, {"lr": 4e-4}),
-    (SimNPO, {"lr": 1e-3, "beta": 2.5, "forget_weight": 1.0}),
-    (IdkDPO, {"lr": 1e-3}),
-    (RMU, {"lr": 5e-3, "layer": 1, "steering_coeff": 20.0}),
+METHODS = [  # (method, arguments, steps): learning rates and steps for this 3-layer model
+    (GradAscent, {"lr": 4e-4}, 6),
+    (GradDiff, {"lr": 1e-3}, 6),
+    (KLMinimization, {"lr": 1e-3}, 6),
+    (NPO, {"lr": 4e-4}, 6),
+    (SimNPO, {"lr": 1e-3, "beta": 2.5, "forget_weight": 1.0}, 6),
+    (IdkDPO, {"lr": 1e-3}, 6),
+    (RMU, {"lr": 5e-3, "layer": 1, "steering_coeff": 20.0}, 6),
+    (LUNAR, {}, 30),
+    (AttentionShifting, {"lr": 1e-2}, 12),
 ]
 
 
-@pytest.mark.parametrize(("method", "kwargs"), METHODS, ids=[m.__name__ for m, _ in METHODS])
-def test_method_raises_forget_nll_more_than_retain_nll(memorised_checkpoint, method, kwargs):
+@pytest.mark.parametrize(("method", "kwargs", "steps"), METHODS, ids=[m.__name__ for m, _, _ in METHODS])
+def test_method_raises_forget_nll_more_than_retain_nll(memorised_checkpoint, method, kwargs, steps):
     torch.manual_seed(0)
     module = method(lm=lm_spec(memorised_checkpoint), weight_decay=0.0, **kwargs)
     data = forget_retain_data(refusals="default")
@@ -92,7 +104,7 @@ def test_method_raises_forget_nll_more_than_retain_nll(memorised_checkpoint, met
     data.setup("fit")
     before = {split: split_nll(module, data, split) for split in ("forget10", "retain90")}
     assert before["forget10"] < 0.5  # the facts are memorised
-    quiet_trainer(max_steps=6).fit(module, data)
+    quiet_trainer(max_steps=steps).fit(module, data)
     after = {split: split_nll(module, data, split) for split in ("forget10", "retain90")}
     forget_rise = after["forget10"] - before["forget10"]
     retain_rise = after["retain90"] - before["retain90"]
