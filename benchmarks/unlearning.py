@@ -55,7 +55,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "benchmarks/unlearning.py"
 DEFAULT_OUTPUT = "docs/benchmarks/unlearning.md"
 TOFU = REPO_ROOT.parent / "shared" / "data" / "tofu"
-TINY = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "max_positions": 256}
+TINY = {"hidden_size": 192, "num_layers": 4, "num_heads": 4, "max_positions": 256}
 MAX_LENGTH = 192
 EVAL_SPLITS = {
     "forget_split": "forget05_perturbed",
@@ -66,8 +66,8 @@ EVAL_SPLITS = {
 
 # Gradient methods share lr and epochs, scaled for a model trained from scratch at lr 3e-3 (the
 # recipes keep the papers' 1e-5 for pretrained LLMs); everything else is each method's default.
-UNLEARN_LR = 1e-4
-UNLEARN_EPOCHS = 5
+UNLEARN_LR = 5e-5
+UNLEARN_EPOCHS = 10  # SimNPO's and open-unlearning's TOFU setting
 METHODS: dict[str, tuple[type, dict[str, Any], int]] = {
     "GradAscent": (GradAscent, {"lr": UNLEARN_LR}, UNLEARN_EPOCHS),
     "GradDiff": (GradDiff, {"lr": UNLEARN_LR}, UNLEARN_EPOCHS),
@@ -99,9 +99,7 @@ def trainer(root: Path, callbacks: list[L.Callback] | None = None, **budget: int
 
 
 def train_from_scratch(split: str, path: Path, args: argparse.Namespace) -> float:
-    """Train the small Llama on ``split`` of TOFU and save it; return the wall time (0 if reused)."""
-    if args.reuse and path.is_file():
-        return 0.0
+    """Train the small Llama on ``split`` of TOFU and save it to ``path``; return the wall time."""
     module = CausalLMFineTuning(
         lm=CausalLMSpec(name_or_path="tiny-llama", tiny=TINY),
         lr=3e-3,
@@ -123,6 +121,43 @@ def train_from_scratch(split: str, path: Path, args: argparse.Namespace) -> floa
     fit.fit(module, data)
     fit.save_checkpoint(path)
     return time.perf_counter() - began
+
+
+def train_both(paths: dict[str, Path], args: argparse.Namespace) -> dict[str, float]:
+    """Train the target and the retain model side by side, one process and one thread each.
+
+    Small matrix products gain little from a second thread, so two one-thread processes finish
+    both models in about the time one two-thread process takes for one.
+    """
+    missing = {split: path for split, path in paths.items() if not (args.reuse and path.is_file())}
+    workers = {
+        split: subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--train-worker",
+                split,
+                "--train-output",
+                str(path),
+                "--threads",
+                "1",
+                "--epochs",
+                str(args.epochs),
+                "--tofu",
+                str(args.tofu),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for split, path in missing.items()
+    }
+    seconds = {}
+    for split, worker in workers.items():
+        out, _ = worker.communicate()
+        if worker.returncode != 0:
+            raise RuntimeError(f"training on {split} failed (exit {worker.returncode})")
+        seconds[split] = float(out.strip().splitlines()[-1])
+    return seconds
 
 
 def evaluate(module: L.LightningModule, root: Path, reference: Path | None, args: argparse.Namespace) -> dict:
@@ -171,10 +206,7 @@ def unlearn(name: str, target: Path, reference: Path, args: argparse.Namespace) 
 def quality_section(args: argparse.Namespace) -> str:
     args.workdir.mkdir(parents=True, exist_ok=True)
     target, retain = args.workdir / "target.ckpt", args.workdir / "retain.ckpt"
-    train_seconds = {
-        "full": train_from_scratch("full", target, args),
-        "retain95": train_from_scratch("retain95", retain, args),
-    }
+    train_seconds = train_both({"full": target, "retain95": retain}, args)
     retain_module = CausalLMFineTuning(lm={"name_or_path": str(retain)}, generate=False)
     rows = {"retain model": evaluate(retain_module, args.workdir / "retain", None, args)}
     reference = args.workdir / "retain" / "unlearning_eval.json"
@@ -234,7 +266,7 @@ Model: Llama architecture built from config ({TINY["hidden_size"]} hidden, {TINY
 The target's answer probability on forget05 is {fmt(before["forget_prob"])} and on retain {fmt(before["retain_prob"])}:
 this is how well it memorised TOFU. Every method then unlearns `forget05` from the target (forget/retain batches of
 8 + 8 from `forget05`/`retain95`, refusals from TOFU's `idontknow.jsonl`): gradient methods at lr {UNLEARN_LR} for
-{UNLEARN_EPOCHS} epochs with their papers' other defaults (the papers' lr 1e-5 is for pretrained 7B models; these
+{UNLEARN_EPOCHS} epochs with their papers' other defaults (the papers' lr 1e-5 is for pretrained 7B models; the
 recipes keep it), RMU at layer 2, LUNAR and Attention-Shifting with their released defaults (LUNAR: 20 epochs).
 Evaluation: `UnlearningEvaluation` on TOFU's `forget05_perturbed`, `retain_perturbed`, `real_authors_perturbed`,
 `world_facts_perturbed` (greedy answers of up to 64 tokens), Forget Quality against the retain model's truth ratios.
@@ -371,9 +403,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cost-steps", type=int, default=6)
     parser.add_argument("--cost-warmup", type=int, default=2)
     parser.add_argument("--cost-worker", help=argparse.SUPPRESS)
+    parser.add_argument("--train-worker", help=argparse.SUPPRESS)
+    parser.add_argument("--train-output", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--lora", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.epochs = args.epochs or (1 if args.quick else 30)
+    args.epochs = args.epochs or (1 if args.quick else 12)
     args.eval_samples = args.eval_samples or (16 if args.quick else None)
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -390,6 +424,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     quiet()
     torch.set_num_threads(args.threads)
+    if args.train_worker:
+        print(train_from_scratch(args.train_worker, args.train_output, args))
+        return
     if args.cost_worker:
         print(json.dumps(cost_worker(args.cost_worker, args.lora, args)))
         return
