@@ -15,14 +15,14 @@ import torch
 from torch import nn
 
 
-def _base_model(model: nn.Module) -> nn.Module:
+def base_model(model: nn.Module) -> nn.Module:
     """The transformers model under a peft wrapper (``PeftModel.get_base_model``), else ``model``."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
     """The list of transformer blocks, in order from the embeddings."""
-    base = _base_model(model)
+    base = base_model(model)
     decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
     for owner in (decoder, getattr(base, "transformer", None)):
         for name in ("layers", "h"):

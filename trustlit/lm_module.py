@@ -16,7 +16,12 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.strategies import ModelParallelStrategy
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
 
+from trustlit.layers import base_model, decoder_layers
 from trustlit.lm import generate_greedy, sequence_logprobs
 from trustlit.metrics import answer_probability, rouge_l_recall
 from trustlit.models import CausalLMSpec
@@ -32,6 +37,20 @@ def lr_multiplier(step: int, warmup_steps: int, total_steps: int, schedule: LRSc
         return 1.0
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     return 1.0 - progress if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def shard_decoder(model: nn.Module, mesh: DeviceMesh) -> None:
+    """FSDP2: shard every decoder block, then the root (embeddings, final norm, LM head), over ``mesh``.
+
+    One ``fully_shard`` per block makes a block the unit of all-gather and reshard, as FSDP's
+    auto-wrap of the decoder layer class does. Generation is marked as FSDP-managed so that
+    ``generate`` keeps the ranks in step (``synced_gpus``) when their answers end at different
+    lengths: every forward is a collective.
+    """
+    for layer in decoder_layers(model):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    base_model(model)._is_fsdp_managed_module = True  # read by transformers' generate
 
 
 class CausalLMModule(L.LightningModule):
@@ -65,7 +84,24 @@ class CausalLMModule(L.LightningModule):
         lm = CausalLMSpec(**lm) if isinstance(lm, dict) else (lm or CausalLMSpec())
         self.save_hyperparameters()
         self.hparams["lm"] = asdict(lm)  # plain data in hparams.yaml and in checkpoints
+        # Loaded eagerly, whole, on every rank: fine for small models, which configure_model then
+        # shards. Models too large for one process's memory would want meta-device init in
+        # configure_model (Strategy.tensor_init_context(empty_init=True)) and sharded weight loading.
         self.model, self.tokenizer = lm.load()
+
+    def configure_model(self) -> None:
+        """Under ``ModelParallelStrategy`` (``configs/strategy/fsdp2_cpu.yaml``), shard with FSDP2.
+
+        Lightning calls this before ``configure_optimizers``, so the optimiser sees the sharded
+        parameters; it is called again by each later fit/validate/test on the same module,
+        hence the early return once sharded. Other strategies leave the model as it is (FSDP1's
+        ``FSDPStrategy`` wraps it by its ``auto_wrap_policy``).
+        """
+        if self._trainer is None or not isinstance(self.trainer.strategy, ModelParallelStrategy):
+            return
+        if isinstance(self.model, FSDPModule):
+            return
+        shard_decoder(self.model, self.device_mesh["data_parallel"])
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
@@ -78,17 +114,24 @@ class CausalLMModule(L.LightningModule):
             [{"params": decay, "weight_decay": self.hparams.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=self.hparams.lr,
         )
-        total = self.trainer.estimated_stepping_batches if self._trainer is not None else 1
         unbounded = self._trainer is not None and self.trainer.max_steps == -1 and self.trainer.max_epochs in (None, -1)
         if self.hparams.lr_schedule != "constant" and unbounded:
             raise ValueError(
                 f"lr_schedule='{self.hparams.lr_schedule}' decays over the run: set trainer.max_epochs or "
                 "trainer.max_steps (or use lr_schedule='constant')"
             )
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            lambda step: lr_multiplier(step, self.hparams.warmup_steps, int(total), self.hparams.lr_schedule),
-        )
+        warmup, schedule = self.hparams.warmup_steps, self.hparams.lr_schedule
+
+        def multiplier(step: int) -> float:
+            # The run's length is read only once past warm-up (before it, lr_multiplier does not use it),
+            # not here: reading trainer.estimated_stepping_batches in configure_optimizers builds the train
+            # loader before a checkpoint is restored, and Lightning 2.6 then never gives the loader its
+            # saved position, so a mid-epoch resume would replay the epoch (Lightning-AI/pytorch-lightning#20550).
+            past_warmup = step > warmup and self._trainer is not None
+            total = int(self.trainer.estimated_stepping_batches) if past_warmup else 1
+            return lr_multiplier(step, warmup, total, schedule)
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def evaluate_batch(self, batch: dict[str, Any], stage: str) -> dict[str, torch.Tensor]:

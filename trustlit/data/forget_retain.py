@@ -5,8 +5,9 @@ Each training batch is ``{"forget": batch, "retain": batch}``, two batches in th
 questions answered by a refusal drawn per pair (IdkDPO's preferred answers).
 An epoch is one pass over the forget set in a random order; every forget sample is paired
 with a retain sample drawn without replacement from a fresh permutation of the retain set
-(cycled when the retain set is the smaller). Both orders depend only on (seed, epoch), so a
-run resumed from an end-of-epoch checkpoint sees the batches an uninterrupted one would.
+(cycled when the retain set is the smaller). Both orders depend only on (seed, epoch), and the
+loader resumes mid-epoch (:class:`~trustlit.data.samplers.ResumableDataLoader`), so a run resumed
+from any checkpoint sees the batches an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from trustlit.data.qa import FICTITIOUS, EncodedQA, QACollator, QADataModule
 from trustlit.data.refusals import load_refusals
-from trustlit.data.samplers import EpochSeededSampler
+from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
 from trustlit.lm import encode_qa, resolve_prompt_format
 
 Encoder = Callable[[str, str], dict[str, list[int]]]
@@ -146,6 +147,6 @@ class ForgetRetainDataModule(QADataModule):
         pairs = self.train_dataset
         sampler = PairSampler(len(pairs.forget), len(pairs.retain), self.seed, len(pairs.refusals))
         collate = PairCollator(self.collator(self.forget_split), self.collator(self.retain_split))
-        return DataLoader(
+        return ResumableDataLoader(
             pairs, batch_size=self.batch_size, sampler=sampler, collate_fn=collate, num_workers=self.num_workers
         )

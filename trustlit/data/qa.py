@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
 
 from trustlit.data.fictitious import fictitious_split
-from trustlit.data.samplers import EpochSeededSampler
+from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
 from trustlit.lm import PromptFormat, collate_qa, encode_qa, resolve_prompt_format
 
 FICTITIOUS = "fictitious"
@@ -240,7 +240,7 @@ class QADataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         dataset = self.train_dataset
-        return DataLoader(
+        return ResumableDataLoader(
             dataset,
             batch_size=self.batch_size,
             sampler=EpochSeededSampler(len(dataset), self.seed),

@@ -22,7 +22,7 @@ from sklearn import datasets as sk_datasets
 from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, TensorDataset
 
-from trustlit.data.samplers import EpochSeededSampler
+from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
 
 SKLEARN_DATASETS = {
     "digits": sk_datasets.load_digits,
@@ -159,7 +159,7 @@ class TabularDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         train = self.splits["train"]
-        return DataLoader(
+        return ResumableDataLoader(
             train,
             batch_size=self.batch_size,
             sampler=EpochSeededSampler(len(train), self.seed),

@@ -46,7 +46,8 @@ Lightning run:
 Refused with a clear error: gradient accumulation (use a larger batch), Lightning's
 ``gradient_clip_val`` (Opacus overwrites the clipped gradient; ``max_grad_norm`` clips),
 16-bit mixed precision (the loss scale would inflate every per-sample gradient before
-clipping), strategies other than single-device and DDP, more than one optimiser, and layers
+clipping), strategies other than single-device and DDP (FSDP and ModelParallelStrategy shard
+the layers Opacus hooks, DeepSpeed owns the optimiser step), more than one optimiser, and layers
 Opacus cannot privatise (BatchNorm: use GroupNorm or ``opacus.validators.ModuleValidator.fix``).
 A failed fit is cleaned up like a finished one (hooks removed, data loader restored).
 """
@@ -68,6 +69,9 @@ from opacus.optimizers import DPOptimizer, get_optimizer_class
 from opacus.utils.uniform_sampler import DistributedUniformWithReplacementSampler, UniformWithReplacementSampler
 from opacus.validators import ModuleValidator
 from torch.utils.data import DataLoader
+
+# class names of the Lightning strategies DPSGD runs under (subclasses too, except DeepSpeed)
+DPSGD_STRATEGIES = ("SingleDeviceStrategy", "DDPStrategy")
 
 Accountant = Literal["prv", "rdp", "gdp"]
 Clipping = Literal["flat", "per_layer"]
@@ -290,7 +294,12 @@ class DPSGD(L.Callback):
     def _check_trainer(self, trainer: L.Trainer) -> None:
         strategy = trainer.strategy
         if not isinstance(strategy, SingleDeviceStrategy | DDPStrategy) or isinstance(strategy, DeepSpeedStrategy):
-            raise ValueError(f"DPSGD supports single-device and DDP strategies, not {type(strategy).__name__}")
+            # FSDP and ModelParallelStrategy shard parameters (Opacus's per-sample gradient hooks need whole
+            # layers); DeepSpeed, though a DDPStrategy subclass, runs its own optimiser step
+            raise ValueError(
+                f"DPSGD does not support the {type(strategy).__name__} strategy; supported: "
+                f"{list(DPSGD_STRATEGIES)} (set trainer.strategy to ddp, or train on one device)"
+            )
         if trainer.accumulate_grad_batches != 1:
             raise ValueError(
                 "DPSGD refuses accumulate_grad_batches > 1 (each accumulated batch would be accounted as a "

@@ -21,6 +21,7 @@ from trustlit.models import CausalLMSpec
 from trustlit.unlearning.losses import kl_to_reference, token_mean_nll
 
 RetainLoss = Literal["nll", "kl"]
+SHARDED_STRATEGIES = ("FSDPStrategy", "ModelParallelStrategy", "DeepSpeedStrategy")
 
 
 def is_peft_model(model: nn.Module) -> bool:
@@ -66,8 +67,12 @@ class ReferenceModel:
 class UnlearningModule(CausalLMModule):
     """Base of the unlearning methods (see the module docstring); arguments as CausalLMModule's.
 
-    ``supported_strategies`` names the Lightning strategies a method runs under; others are
-    refused at setup (the reference copy and the activation hooks are not sharding-aware).
+    ``supported_strategies`` names the Lightning strategies (class names) a method runs under;
+    others are refused at setup. The default is single-device and DDP: the frozen reference copy
+    is not sharded (it would hold the whole model on every rank and run outside FSDP's
+    all-gathers), and activation hooks on a block would see sharded parameters. Methods that
+    only run the trained model's forward (GradAscent, SimNPO) add ``ModelParallelStrategy``
+    (FSDP2, tested on CPU against DDP); ``FSDPStrategy`` (FSDP1, GPU only) is untested and refused.
     """
 
     supported_strategies: ClassVar[tuple[str, ...]] = ("SingleDeviceStrategy", "DDPStrategy")
@@ -84,9 +89,11 @@ class UnlearningModule(CausalLMModule):
     def setup(self, stage: str) -> None:
         strategy = type(self.trainer.strategy).__name__
         if stage == "fit" and strategy not in self.supported_strategies:
+            sharded = strategy in SHARDED_STRATEGIES
+            why = " (it does not run sharded: a frozen reference copy or activation hooks)" if sharded else ""
             raise ValueError(
-                f"{type(self).__name__} does not support the {strategy} strategy; supported: "
-                f"{list(self.supported_strategies)}"
+                f"{type(self).__name__} does not support the {strategy} strategy{why}; supported: "
+                f"{list(self.supported_strategies)} (trainer.strategy)"
             )
 
     def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -18,6 +18,9 @@ from trustlit.unlearning.losses import gradient_ascent_loss
 class GradAscent(UnlearningModule):
     """L = -NLL_forget (see the module docstring); arguments as :class:`UnlearningModule`'s."""
 
+    # no reference model, no hooks: shards under FSDP2 (tests/test_strategies.py)
+    supported_strategies = (*UnlearningModule.supported_strategies, "ModelParallelStrategy")
+
     def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         loss = gradient_ascent_loss(*self.logprobs(batch["forget"]))
         return {"loss": loss, "forget_nll": -loss.detach()}

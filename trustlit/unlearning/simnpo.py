@@ -39,6 +39,9 @@ class SimNPO(UnlearningModule):
         Other arguments: see :class:`~trustlit.CausalLMModule`.
     """
 
+    # no reference model, no hooks: shards under FSDP2 (tests/test_strategies.py)
+    supported_strategies = (*UnlearningModule.supported_strategies, "ModelParallelStrategy")
+
     def __init__(
         self,
         lm: CausalLMSpec | None = None,
