@@ -16,7 +16,11 @@ RETAIN_DIR := $(DEMO)/retain_fictitious
 RUN := $(VENV)/bin/trustlit
 QUIET := --trainer.enable_progress_bar=false
 
-.PHONY: demo test lint clean
+# The SLURM tests (tests/slurm, marked `slurm`) run on a real single-node cluster:
+# tests/slurm/cluster.sh installs slurm-wlm and munge (apt-get, needs root) and starts it.
+SLURM_DIR ?= /tmp/trustlit-slurm
+
+.PHONY: demo test lint clean test-slurm slurm-up slurm-down
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,10 +47,23 @@ demo: $(STAMP)
 	  before=$(DEMO)/finetune_fictitious/unlearning_eval.json after_simnpo=$(DEMO)/unlearn_fictitious/unlearning_eval.json
 
 # pytest's exit code 5 (no test collected) fails the target like any other failure.
+# The SLURM tests run when a cluster is up (SLURM_CONF, or `make slurm-up`) and are skipped, with
+# the reason, otherwise; .ci/run brings one up and sets TRUSTLIT_REQUIRE_SLURM=1, so CI runs them.
 test: $(STAMP)
 	$(VENV)/bin/ruff check trustlit tests benchmarks
 	$(PY) -m pytest -q --durations=15; status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$status
+
+# Brings a cluster up, runs the SLURM tests on it (about 2.5 min), and takes it down, also on failure.
+test-slurm: $(STAMP)
+	trap 'tests/slurm/cluster.sh down $(SLURM_DIR)' EXIT; tests/slurm/cluster.sh up $(SLURM_DIR) && \
+	  SLURM_CONF=$(SLURM_DIR)/slurm.conf TRUSTLIT_REQUIRE_SLURM=1 $(PY) -m pytest -q tests/slurm
+
+slurm-up:
+	tests/slurm/cluster.sh up $(SLURM_DIR)
+
+slurm-down:
+	tests/slurm/cluster.sh down $(SLURM_DIR)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check trustlit tests benchmarks

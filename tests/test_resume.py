@@ -3,10 +3,14 @@ uninterrupted one (ResumableDataLoader's state travels in the checkpoint)."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 from lightning.pytorch.utilities.data import _update_dataloader
 from torch.utils.data import DataLoader
@@ -139,3 +143,38 @@ def test_resume_from_a_mid_epoch_checkpoint_equals_an_uninterrupted_run(tmp_path
     torch.save(state, tmp_path / "no_loader_state.ckpt")
     replayed = fit(tmp_path / "replayed", f"--ckpt_path={tmp_path / 'no_loader_state.ckpt'}")
     assert max_abs_diff(weights(replayed), weights(uninterrupted)) > 1e-4
+
+
+class SignalAtStep(L.Callback):
+    """Sends this process SIGUSR1 at the start of a training step, as SLURM does before a time limit."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+
+@pytest.mark.slow
+def test_a_slurm_requeue_signal_checkpoints_at_the_end_of_the_running_batch(tmp_path, monkeypatch):
+    slurm = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "trustlit-test", "SLURM_JOB_ID": "424242", "SLURM_PROCID": "0"}
+    slurm |= {"SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}
+    for name, value in slurm.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("SLURM_CONF", raising=False)  # scontrol requeue of the made-up job then fails harmlessly
+    previous = signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # never the default action (exit) if unhandled
+    try:
+        signal_at = '{"class_path": "test_resume.SignalAtStep", "init_args": {"step": 6}}'
+        interrupted = fit(tmp_path / "interrupted", f"--trainer.callbacks+={signal_at}")
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert isinstance(interrupted.trainer._accelerator_connector.cluster_environment, SLURMEnvironment)
+    hpc = torch.load(tmp_path / "interrupted" / "hpc_ckpt_1.ckpt", weights_only=False)
+    # the signal came at the start of step 6 (batch 3 of epoch 1); the checkpoint waited for its end
+    assert hpc["global_step"] == 7
+    assert hpc["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [{"batches_yielded": 3}]
+    uninterrupted = fit(tmp_path / "full")
+    assert max_abs_diff(weights(interrupted), weights(uninterrupted)) == 0.0, "the signal must not disturb training"
+    resumed = fit(tmp_path / "resumed", f"--ckpt_path={tmp_path / 'interrupted' / 'hpc_ckpt_1.ckpt'}")
+    assert max_abs_diff(weights(resumed), weights(uninterrupted)) <= 1e-6

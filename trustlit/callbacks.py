@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections import defaultdict
+from types import FrameType
 
 import lightning as L
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_only
 from rich.console import Console
 from rich.table import Table
@@ -42,3 +46,42 @@ class SplitMetricsTable(L.Callback):
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._print(trainer, "test")
+
+
+class RequeueAtBatchEnd(L.Callback):
+    """Defers SLURM's auto-requeue (SIGUSR1) to the end of the running training batch.
+
+    Lightning's handler writes ``hpc_ckpt_*.ckpt`` the moment the signal arrives, in the middle
+    of a batch (possibly between the parameter and optimiser-state updates of a step); the
+    checkpoint then holds a half-done batch that the resumed run cannot replay exactly. Here
+    the signal only raises a flag; after the batch (every rank agrees, since ranks may get the
+    signal at different batches) Lightning's own handler runs: the checkpoint sits on a batch
+    boundary, the loader's position equals the completed batches, and the resumed run equals an
+    uninterrupted one. Outside SLURM, or with ``auto_requeue=False``, it does nothing.
+    ``trustlit`` adds it to every Trainer it builds.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._lightning_handler = None
+        self._signal = signal.SIGUSR1
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        environment = trainer._accelerator_connector.cluster_environment  # where Lightning's handler looks
+        if not isinstance(environment, SLURMEnvironment) or not environment.auto_requeue:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        self._lightning_handler = trainer._signal_connector._slurm_sigusr_handler_fn
+        self._signal = environment.requeue_signal
+        signal.signal(self._signal, self._flag)
+
+    def _flag(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if self._lightning_handler is None:
+            return
+        if trainer.strategy.reduce_boolean_decision(self.requested, all=False):
+            self.requested = False
+            self._lightning_handler(self._signal, None)

@@ -5,6 +5,7 @@
     trustlit test -c RECIPE --ckpt_path last
     trustlit recipes [DIR]                           # list recipes with their descriptions
     trustlit compare [LABEL=]EVAL.json ...           # unlearning evaluations side by side
+    trustlit slurm submit RECIPE [...] [-- ...]      # submit to SLURM (see trustlit/slurm.py)
 
 Model and data are chosen by class (``class_path``) in subclass mode; short names resolve
 because this module imports every method package. Checkpoints always include ``last.ckpt``,
@@ -32,6 +33,7 @@ import trustlit.data
 import trustlit.finetune
 import trustlit.privacy
 import trustlit.unlearning  # noqa: F401
+from trustlit.callbacks import RequeueAtBatchEnd
 from trustlit.unlearning.evaluation import compare_runs
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -55,9 +57,11 @@ class TrustlitCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         trainer_config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
-        if trainer_config.get("enable_checkpointing") is False:  # the forced ModelCheckpoint would be refused
-            return self._instantiate_trainer(trainer_config, [])
-        return super().instantiate_trainer(**kwargs)
+        # the forced ModelCheckpoint would be refused with enable_checkpointing=false
+        checkpointing = trainer_config.get("enable_checkpointing") is not False
+        keys = self._parser(self.subcommand).callback_keys if checkpointing else []
+        extra = [self._get(self.config_init, key) for key in keys]
+        return self._instantiate_trainer(trainer_config, [*extra, RequeueAtBatchEnd()])
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -120,6 +124,10 @@ def main(args: list[str] | None = None) -> None:
         _print_recipes(argv[1:])
     elif argv and argv[0] == "compare":
         _compare(argv[1:])
+    elif argv and argv[0] == "slurm":
+        from trustlit.slurm import main as slurm_main
+
+        slurm_main(argv[1:])
     else:
         run_cli(args)
 
