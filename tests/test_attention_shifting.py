@@ -8,7 +8,7 @@ import math
 import lightning as L
 import pytest
 import torch
-from conftest import quiet_trainer
+from helpers import quiet_trainer
 from torch.utils.data import DataLoader
 
 from trustlit import CausalLMFineTuning, CausalLMSpec

@@ -7,12 +7,12 @@ import pytest
 import torch
 import wandb
 import yaml
+from helpers import SHARED_DATA
 
 from trustlit.cli import list_recipes, main, run_cli
 from trustlit.loggers import wandb_offline_from_env
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 RECIPES = sorted((REPO_ROOT / "recipes").rglob("*.yaml"))
 QUICKSTART = REPO_ROOT / "recipes" / "quickstart" / "finetune_fictitious.yaml"

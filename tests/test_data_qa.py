@@ -10,6 +10,7 @@ from pathlib import Path
 import datasets
 import pytest
 import torch
+from helpers import SHARED_DATA
 
 from trustlit.data.fictitious import (
     AWARDS,
@@ -28,7 +29,7 @@ from trustlit.data.samplers import EpochSeededSampler
 from trustlit.lm import IGNORE_INDEX
 from trustlit.models import build_tokenizer
 
-TOFU_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "tofu"
+TOFU_DIR = SHARED_DATA / "tofu"
 TOFU_FIELDS = {"question", "answer", "paraphrased_question", "paraphrased_answer", "perturbed_answer"}
 SMALL = FictitiousConfig(num_authors=10, seed=0, num_perturbed=3)  # forget10: 1 author (9 records), retain90: 81
 BATCH_KEYS = {

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import quiet_trainer
+from helpers import quiet_trainer
 from lightning.pytorch.cli import LightningCLI
 
 from trustlit.data import ForgetRetainDataModule, fictitious_split

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import SHARED_DATA
+from helpers import SHARED_DATA
 from scipy.stats import ks_2samp
 
 from trustlit.data import load_qa_split

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SHARED_DATA, quiet_trainer
+from helpers import SHARED_DATA, quiet_trainer
 
 from trustlit import CausalLMFineTuning
 from trustlit.data import ForgetRetainDataModule, QADataModule
