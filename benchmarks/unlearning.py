@@ -279,6 +279,8 @@ Fabrication = a forget answer that is neither a refusal nor correct (ROUGE-L rec
 # ---------------------------------------------------------------------------------------------- cost
 
 COST_METHODS = ["GradAscent", "GradDiff", "KL", "NPO", "SimNPO", "IdkDPO", "RMU", "LUNAR", "AttentionShifting"]
+COST_BATCH = 2  # forget and retain halves: 2 + 2 sequences a step (SmolLM2 on 2 CPU cores)
+COST_MAX_LENGTH = 96
 LORA = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}
 
 
@@ -312,8 +314,8 @@ def cost_worker(name: str, lora: bool, args: argparse.Namespace) -> dict:
         forget_split="forget05",
         retain_split="retain95",
         eval_splits=[],
-        batch_size=4,
-        max_length=128,
+        batch_size=COST_BATCH,
+        max_length=COST_MAX_LENGTH,
         prompt_format="chat",
         refusals="default",
     )
@@ -368,7 +370,8 @@ def cost_section(args: argparse.Namespace) -> str:
         )
     return f"""## Cost per step
 
-Model: `{args.cost_model}`; TOFU forget05/retain95, forget + retain batches of 4 + 4 (answers cut at 128 tokens);
+Model: `{args.cost_model}`; TOFU forget05/retain95, forget + retain batches of {COST_BATCH} + {COST_BATCH} (cut at
+{COST_MAX_LENGTH} tokens);
 AdamW; median over {args.cost_steps} steps after {args.cost_warmup} warm-up steps. Peak memory: the growth of the
 process's peak resident set (VmHWM, reset before the module is built) over its resident set at that moment: model,
 reference copy, optimiser state and activations. Each row is a fresh process.
@@ -400,8 +403,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--eval-samples", type=int, help="records per evaluation split (default all, quick 16)")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods for quality")
     parser.add_argument("--cost-model", default=SMOLLM2_NAME, help="model of the cost section")
-    parser.add_argument("--cost-steps", type=int, default=6)
-    parser.add_argument("--cost-warmup", type=int, default=2)
+    parser.add_argument("--cost-steps", type=int, default=4, help="timed steps per method (default 4)")
+    parser.add_argument("--cost-warmup", type=int, default=1, help="untimed first steps (default 1)")
     parser.add_argument("--cost-worker", help=argparse.SUPPRESS)
     parser.add_argument("--train-worker", help=argparse.SUPPRESS)
     parser.add_argument("--train-output", type=Path, help=argparse.SUPPRESS)
