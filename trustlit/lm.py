@@ -8,7 +8,8 @@ padding position, and nothing but answer tokens ever reaches a loss.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal
 
 import torch
@@ -137,6 +138,17 @@ def answer_nll(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.
     """Mean NLL over all answer tokens of the batch (the usual fine-tuning loss)."""
     sum_logprob, num_tokens = sequence_logprobs(model, batch)
     return -sum_logprob.sum() / num_tokens.sum().clamp(min=1)
+
+
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """The model in eval mode (no dropout) inside; its previous train/eval mode comes back on exit."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int | None:

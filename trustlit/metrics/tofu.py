@@ -41,7 +41,15 @@ import torch
 from scipy.stats import ks_2samp
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from trustlit.lm import IGNORE_INDEX, collate_qa, encode_qa, generate_greedy, sequence_logprobs_from_logits, token_nll
+from trustlit.lm import (
+    IGNORE_INDEX,
+    collate_qa,
+    encode_qa,
+    eval_mode,
+    generate_greedy,
+    sequence_logprobs_from_logits,
+    token_nll,
+)
 from trustlit.metrics.text import is_refusal, rouge_l_recall
 
 SplitRole = Literal["forget", "retain", "general"]
@@ -126,13 +134,8 @@ def refusal_rates(
 @contextmanager
 def evaluating(model: torch.nn.Module) -> Iterator[None]:
     """Eval mode without gradients; the previous train/eval mode comes back afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.no_grad():
+        yield
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

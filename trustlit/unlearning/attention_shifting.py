@@ -115,7 +115,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from trustlit.layers import decoder_layer, decoder_layers, self_attention
-from trustlit.lm import sequence_logprobs_from_logits, token_nll
+from trustlit.lm import eval_mode, sequence_logprobs_from_logits, token_nll
 from trustlit.models import CausalLMSpec
 from trustlit.unlearning.base import RetainLoss, UnlearningModule, check_retain_loss
 from trustlit.unlearning.losses import answer_token_mask, kl_to_reference, token_mean_nll
@@ -423,9 +423,7 @@ class AttentionShifting(UnlearningModule):
                 for row, key in enumerate(keys)
             )
         )
-        was_training = self.model.training
-        self.model.eval()  # pi_ref is evaluated without dropout
-        try:
+        with eval_mode(self.model):  # pi_ref is evaluated without dropout
             if not importance or cached:
                 with torch.no_grad():
                     logits, maps = self.attention_maps(batch, adapters=False)
@@ -440,8 +438,6 @@ class AttentionShifting(UnlearningModule):
                 logits = self.model(inputs_embeds=embeddings, attention_mask=batch["attention_mask"]).logits
                 maps = [adapter.recorded for adapter in recorders]
                 (gradient,) = torch.autograd.grad(token_nll(logits, batch["labels"]).sum(), embeddings)
-        finally:
-            self.model.train(was_training)
         maps = [m.detach() for m in maps]
         received = attention_received(torch.stack(maps).float().mean(0), answer_query_mask(batch["labels"]))
         scores = importance_scores(gradient.float().norm(dim=-1), received, self.candidates(batch))

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from trustlit.lm import sequence_logprobs_from_logits
+from trustlit.lm import eval_mode, sequence_logprobs_from_logits
 from trustlit.lm_module import CausalLMModule
 from trustlit.models import CausalLMSpec
 from trustlit.unlearning.losses import kl_to_reference, token_mean_nll
@@ -51,13 +51,9 @@ class ReferenceModel:
         if self.copy is not None:
             self.copy.to(next(self.model.parameters()).device)
             return self.copy(**inputs)
-        was_training = self.model.training
-        self.model.eval()  # pi_ref is evaluated without dropout, as the frozen copy is
-        try:
-            with self.model.disable_adapter():
-                return self.model(**inputs)
-        finally:
-            self.model.train(was_training)
+        # pi_ref is evaluated without dropout, as the frozen copy is
+        with eval_mode(self.model), self.model.disable_adapter():
+            return self.model(**inputs)
 
     def sequence_logprobs(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits

@@ -84,7 +84,7 @@ from transformers import PreTrainedTokenizerBase
 from transformers.pytorch_utils import Conv1D
 
 from trustlit.layers import capture_outputs, decoder_layer, decoder_layers, mlp_down_projection
-from trustlit.lm import encode_qa, resolve_prompt_format
+from trustlit.lm import encode_qa, eval_mode, resolve_prompt_format
 from trustlit.models import CausalLMSpec
 from trustlit.unlearning.base import UnlearningModule, check_positive
 
@@ -259,16 +259,6 @@ class LUNAR(UnlearningModule):
         return weight.t() if isinstance(self.down_projection, Conv1D) else weight
 
     @contextmanager
-    def _evaluation_forward(self) -> Iterator[None]:
-        """Activations are read without dropout, as the released code's ``model.eval()``."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            yield
-        finally:
-            self.model.train(was_training)
-
-    @contextmanager
     def _original_projection(self) -> Iterator[None]:
         """The model before unlearning: W swapped for W0 inside (r is defined on that model)."""
         weight = self.down_projection.weight
@@ -297,7 +287,7 @@ class LUNAR(UnlearningModule):
     def mean_last_token_output(self, prompts: Sequence[Sequence[int]], batch_size: int = 16) -> torch.Tensor:
         """mean over prompts of o(x)[-1], block l's output at the last prompt token (float64, [d])."""
         total = None
-        with self._evaluation_forward():
+        with eval_mode(self.model):  # activations without dropout, as the released code's model.eval()
             for start in range(0, len(prompts), batch_size):
                 input_ids, attention_mask = _left_pad(prompts[start : start + batch_size], self.tokenizer.pad_token_id)
                 with capture_outputs({"o": self.block}) as captured, _stop_forward_at(self.block, before=False):
@@ -344,7 +334,7 @@ class LUNAR(UnlearningModule):
         """
         captured: dict[str, torch.Tensor]
         with (
-            self._evaluation_forward(),
+            eval_mode(self.model),
             capture_outputs({"h": self.down_projection}, inputs=True) as captured,
             _stop_forward_at(self.down_projection, before=True),
         ):
