@@ -185,6 +185,13 @@ def pairs_nll(
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Mean answer NLL [N] and per-token answer NLLs of QA pairs, in eval mode on the model's device."""
     samples = encode_pairs(tokenizer, questions, answers, prompt_format, max_length)
+    return samples_nll(model, tokenizer, samples, batch_size)
+
+
+def samples_nll(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, samples: Sequence[dict[str, Any]], batch_size: int
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """:func:`pairs_nll` of samples already encoded by :func:`encode_pairs`."""
     means, per_token = [], []
     with evaluating(model):
         for batch in batches(samples, tokenizer, batch_size, model_device(model)):
@@ -211,15 +218,11 @@ def perturbed_answers(records: Sequence[Mapping[str, Any]], split: str) -> list[
 def greedy_answers(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    questions: Sequence[str],
-    answers: Sequence[str],
-    prompt_format: str = "plain",
-    max_length: int = 256,
+    samples: Sequence[dict[str, Any]],
     batch_size: int = 8,
     max_new_tokens: int = 32,
 ) -> list[str]:
-    """Greedy answers to ``questions`` (``answers`` only complete the encoding; generation sees the prompt)."""
-    samples = encode_pairs(tokenizer, questions, answers, prompt_format, max_length)
+    """Greedy answers to the prompts of samples encoded by :func:`encode_pairs` (generation sees the prompt only)."""
     generated: list[str] = []
     with evaluating(model):
         for batch in batches(samples, tokenizer, batch_size, model_device(model)):
@@ -271,7 +274,8 @@ def score_split(
     answers = [r["answer"] for r in records]
     paraphrased = [r.get("paraphrased_answer") or r["answer"] for r in records]
     nll = {"max_length": max_length, "prompt_format": prompt_format, "batch_size": batch_size}
-    answer_nll, answer_tokens = pairs_nll(model, tokenizer, questions, answers, **nll)
+    samples = encode_pairs(tokenizer, questions, answers, prompt_format, max_length)  # for NLLs and generation
+    answer_nll, answer_tokens = samples_nll(model, tokenizer, samples, batch_size)
     paraphrased_nll = (
         answer_nll if paraphrased == answers else pairs_nll(model, tokenizer, questions, paraphrased, **nll)[0]
     )
@@ -282,9 +286,7 @@ def score_split(
     )
     perturbed_nll = torch.full((len(records), max(map(len, perturbed))), math.nan)
     perturbed_nll[tuple(torch.tensor(where).T)] = flat_nll
-    generated = greedy_answers(
-        model, tokenizer, questions, answers, prompt_format, max_length, batch_size, max_new_tokens
-    )
+    generated = greedy_answers(model, tokenizer, samples, batch_size, max_new_tokens)
     rouge = torch.tensor([rouge_l_recall(g, a) for g, a in zip(generated, answers, strict=True)])
     return SplitScores(answers, answer_nll, answer_tokens, paraphrased_nll, perturbed_nll, generated, rouge)
 
