@@ -1,0 +1,110 @@
+"""The update rules of the harmful-fine-tuning defenses, as pure functions on lists of tensors.
+
+A "gradient" here is a list of tensors, one per trainable parameter, in the order of the
+parameter list it was taken for; norms are global over the whole list (one norm over every
+trainable parameter, as the released code of Panacea, Booster and Vaccine computes it).
+The LightningModules in :mod:`trustlit.safety` wire these rules to batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+
+NORM_EPS = 1e-7
+
+
+def global_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """||(t_1, ..., t_k)||_2: the Euclidean norm of all tensors concatenated."""
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.float()) for t in tensors]))
+
+
+def scaled_direction(grads: Sequence[torch.Tensor], radius: float) -> list[torch.Tensor]:
+    """radius * g / (||g||_2 + 1e-7), one global norm; new tensors, never views of ``grads``.
+
+    Panacea's eps (radius rho), Booster's simulated step (radius alpha) and Vaccine's
+    embedding perturbation (radius rho) are all this direction.
+    """
+    scale = radius / (global_norm(grads) + NORM_EPS)
+    return [g * scale.to(g.dtype) for g in grads]
+
+
+def panacea_update(
+    finetune_grad: Sequence[torch.Tensor],
+    harmful_grad: Sequence[torch.Tensor],
+    perturbed_harmful_grad: Sequence[torch.Tensor],
+    lam: float,
+) -> list[torch.Tensor]:
+    """Panacea's descent direction G - lambda * (He - Hw).
+
+    G = grad g(w) (fine-tuning loss), Hw = grad h(w) and He = grad h(w + eps) (harmful loss):
+    minimising it ascends lambda * (h(w + eps) - h(w)), the harmful loss gained by the
+    perturbation, while descending g.
+    """
+    return [g - lam * (he - hw) for g, hw, he in zip(finetune_grad, harmful_grad, perturbed_harmful_grad, strict=True)]
+
+
+def booster_update(
+    align_grad: Sequence[torch.Tensor],
+    harmful_grad: Sequence[torch.Tensor],
+    shifted_harmful_grad: Sequence[torch.Tensor],
+    lam: float,
+) -> list[torch.Tensor]:
+    """Booster's direction grad f(w) + lambda * (grad h(w) - grad h(w - alpha * grad h / ||grad h||)).
+
+    The second term is the gradient (first order, the simulated step held fixed) of
+    lambda * (h(w) - h(w - alpha * grad h(w) / ||grad h(w)||)): the harmful-loss reduction one
+    normalised harmful step would achieve, which Booster attenuates.
+    """
+    return [f + lam * (hw - hs) for f, hw, hs in zip(align_grad, harmful_grad, shifted_harmful_grad, strict=True)]
+
+
+def proximal_penalty(params: Sequence[torch.Tensor], anchor: Sequence[torch.Tensor], rho: float) -> torch.Tensor:
+    """rho/2 * ||w - w_anchor||^2 (Lisa's proximal term), differentiable in ``params`` only."""
+    return 0.5 * rho * sum(((p - a.detach()) ** 2).sum() for p, a in zip(params, anchor, strict=True))
+
+
+@contextmanager
+def perturbed(params: Sequence[torch.Tensor], delta: Sequence[torch.Tensor]) -> Iterator[None]:
+    """The parameters moved to w + delta inside; on exit they hold w again, bit for bit.
+
+    The weights are restored from a copy, not by subtracting delta ((w + d) - d is not w in
+    floating point), so a step whose optimiser update is zero leaves the model identical.
+    """
+    saved = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        for p, d in zip(params, delta, strict=True):
+            p.add_(d)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for p, s in zip(params, saved, strict=True):
+                p.copy_(s)
+
+
+def schedule_weights(logits: torch.Tensor) -> torch.Tensor:
+    """BDS's sample weights w = n * softmax(z): positive, summing to n = len(z); all 1 at z = 0."""
+    return logits.numel() * torch.softmax(logits.float(), dim=0)
+
+
+def weighted_finetune_loss(sample_losses: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """(1/B) * sum_i w_i * l_i over a batch: BDS's weighted fine-tuning term.
+
+    For the model step the weights are held fixed (detached); for the scheduler step the losses
+    are (the caller passes them detached), so each step moves only its own variables.
+    """
+    return (weights * sample_losses).mean()
+
+
+def add_langevin_noise(params: Sequence[torch.Tensor], lr: float, temperature: float) -> None:
+    """theta <- theta + sqrt(2 * lr * T) * xi, xi ~ N(0, I): the Langevin term that turns the
+    scheduler's descent into posterior sampling at temperature T (T = 0: no noise)."""
+    if temperature == 0:
+        return
+    scale = (2.0 * lr * temperature) ** 0.5
+    with torch.no_grad():
+        for p in params:
+            p.add_(torch.randn_like(p), alpha=scale)
