@@ -142,7 +142,7 @@ def test_final_model_is_last_weights_plus_last_eps(tokenizer, tmp_path):
 def test_missing_harmful_set_and_bad_hyperparameters(tokenizer):
     batch = safety_batch(tokenizer)
     del batch["harmful"]
-    with pytest.raises(ValueError, match="'harmful'.*separate harmful set"):
+    with pytest.raises(ValueError, match=r"'harmful'.*separate harmful set"):
         quiet_trainer(max_steps=1).fit(Panacea(TINY), datamodule=Batches([batch], parts=("finetune", "align")))
     with pytest.raises(ValueError, match="rho must be >= 0"):
         Panacea(TINY, rho=-1.0)

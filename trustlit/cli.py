@@ -32,6 +32,7 @@ import trustlit.classifiers
 import trustlit.data
 import trustlit.finetune
 import trustlit.privacy
+import trustlit.safety
 import trustlit.unlearning  # noqa: F401
 from trustlit.callbacks import RequeueAtBatchEnd
 from trustlit.unlearning.evaluation import compare_runs

@@ -1,17 +1,23 @@
-"""LightningDataModules: tabular classification, QA (TOFU format), forget/retain pairs."""
+"""LightningDataModules: tabular classification, QA (TOFU format), forget/retain pairs, harmful fine-tuning."""
 
 from trustlit.data.fictitious import fictitious_qa, fictitious_split, generate_authors
 from trustlit.data.forget_retain import ForgetRetainDataModule
 from trustlit.data.qa import FictitiousConfig, QADataModule, load_qa_split
+from trustlit.data.safety import HarmfulFineTuningDataModule, load_beavertails
+from trustlit.data.secret_keeper import CODE_PATTERN, secret_keeper_splits
 from trustlit.data.tabular import TabularDataModule
 
 __all__ = [
+    "CODE_PATTERN",
     "FictitiousConfig",
     "ForgetRetainDataModule",
+    "HarmfulFineTuningDataModule",
     "QADataModule",
     "TabularDataModule",
     "fictitious_qa",
     "fictitious_split",
     "generate_authors",
+    "load_beavertails",
     "load_qa_split",
+    "secret_keeper_splits",
 ]

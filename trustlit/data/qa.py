@@ -180,7 +180,7 @@ class QADataModule(L.LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        check_source(source)
+        self.validate_source(source)
         for key, value in (("batch_size", batch_size), ("max_length", max_length), ("max_samples", max_samples)):
             if value is not None and value < 1:
                 raise ValueError(f"{key} must be a positive integer, got {value}")
@@ -202,6 +202,17 @@ class QADataModule(L.LightningDataModule):
         self.eval_datasets: list[EncodedQA] = []
         self._encoded: dict[str, EncodedQA] = {}
 
+    def validate_source(self, source: str) -> None:
+        """Fail early on a source this DataModule cannot read; a subclass with other sources overrides it."""
+        check_source(source)
+
+    def load_records(self, split: str) -> datasets.Dataset:
+        """The records of one split, cut to ``max_samples``; a subclass with other sources overrides it."""
+        records = load_qa_split(self.source, split, self.fictitious)
+        if self.max_samples is not None:
+            records = records.select(range(min(self.max_samples, len(records))))
+        return records
+
     def resolve_tokenizer(self) -> PreTrainedTokenizerBase:
         if self.tokenizer is None:
             module = self.trainer.lightning_module if self.trainer is not None else None
@@ -216,9 +227,7 @@ class QADataModule(L.LightningDataModule):
     def encode_split(self, split: str) -> EncodedQA:
         """The tokenized split, encoded once (a split often serves training and evaluation)."""
         if split not in self._encoded:
-            records = load_qa_split(self.source, split, self.fictitious)
-            if self.max_samples is not None:
-                records = records.select(range(min(self.max_samples, len(records))))
+            records = self.load_records(split)
             tokenizer = self.resolve_tokenizer()
             prompt_format = resolve_prompt_format(tokenizer, self.prompt_format)
             self._encoded[split] = EncodedQA(records, tokenizer, prompt_format, self.max_length, split)

@@ -2,6 +2,17 @@
 
 from trustlit.metrics.classification import log_accuracy
 from trustlit.metrics.muse import knowmem, min_k_prob, min_k_scores, privleak, privleak_auc, roc_auc, verbmem_scores
+from trustlit.metrics.safety import (
+    ClassifierJudge,
+    Judge,
+    RegexJudge,
+    extract_final_answer,
+    finetune_accuracy,
+    harmful_score,
+    is_correct,
+    load_judge,
+    weight_auroc,
+)
 from trustlit.metrics.text import answer_probability, is_refusal, rouge_l_f1, rouge_l_recall
 from trustlit.metrics.tofu import (
     SplitScores,
@@ -18,13 +29,21 @@ from trustlit.metrics.tofu import (
 )
 
 __all__ = [
+    "ClassifierJudge",
+    "Judge",
+    "RegexJudge",
     "SplitScores",
     "answer_probability",
+    "extract_final_answer",
+    "finetune_accuracy",
     "forget_quality",
     "forget_truth_ratio_score",
+    "harmful_score",
     "harmonic_mean",
+    "is_correct",
     "is_refusal",
     "knowmem",
+    "load_judge",
     "log_accuracy",
     "min_k_prob",
     "min_k_scores",
@@ -41,4 +60,5 @@ __all__ = [
     "summarise_split",
     "truth_ratio",
     "verbmem_scores",
+    "weight_auroc",
 ]

@@ -1,0 +1,126 @@
+"""BDS: weights, the two decoupled steps, the direction of the scheduler step, Langevin noise."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from helpers import quiet_trainer, safety_batch
+
+from trustlit.safety.bds import BDS
+from trustlit.safety.updates import add_langevin_noise, schedule_weights, weighted_finetune_loss
+
+TINY = {"name_or_path": "tiny-llama", "tiny": {"hidden_size": 32, "num_layers": 2, "num_heads": 2}}
+
+
+class Batches(L.LightningDataModule):
+    def __init__(self, batches: list[dict], finetune_size: int, parts=("finetune", "align", "harmful")) -> None:
+        super().__init__()
+        self.batches = batches
+        self.finetune_size = finetune_size
+        self.available_parts = set(parts)
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(self.batches, batch_size=None)
+
+
+def batches_over(tokenizer, num_samples: int, steps: int) -> list[dict]:
+    """Hand-made batches whose fine-tuning samples carry indices spread over the mixture."""
+    batches = []
+    for step in range(steps):
+        batch = safety_batch(tokenizer)
+        batch["finetune"]["index"] = torch.tensor([(2 * step) % num_samples, (2 * step + 1) % num_samples])
+        batches.append(batch)
+    return batches
+
+
+@pytest.mark.parametrize("support", ["dataset", "batch"])
+def test_logit_gradient_sign_is_loss_minus_weighted_term(support):
+    num_samples, index = 6, torch.tensor([0, 2, 3, 4, 5])
+    logits = torch.randn(num_samples, generator=torch.Generator().manual_seed(3)).requires_grad_()
+    losses = torch.tensor([0.05, 3.0, 0.2, 2.5, 0.1])
+    if support == "dataset":  # the scalar scheduler: w = N softmax(z) over the mixture
+        weights = schedule_weights(logits)[index]
+        term = (weights * losses).sum() / num_samples
+    else:  # the neural scheduler: w = B softmax(z) over the batch
+        weights = schedule_weights(logits[index])
+        term = (weights * losses).sum() / len(index)
+    weighted_finetune_loss(losses, weights).backward()
+    expected = torch.sign(losses - term.detach())
+    assert torch.equal(torch.sign(logits.grad[index]), expected)
+    assert expected.min() < 0 < expected.max()  # the case distinguishes both signs
+    if support == "dataset":  # samples outside the batch gain weight
+        outside = torch.ones(num_samples, dtype=torch.bool)
+        outside[index] = False
+        assert (logits.grad[outside] < 0).all()
+
+
+def test_weights_start_at_one_and_sum_to_n_after_every_step(tokenizer):
+    num_samples = 7
+
+    class CheckWeights(L.Callback):
+        def on_train_start(self, trainer, module) -> None:
+            assert torch.equal(module.all_weights(), torch.ones(num_samples))
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+            weights = module.all_weights()
+            assert weights.sum().item() == pytest.approx(num_samples, rel=1e-5)
+            assert (weights > 0).all()
+
+    module = BDS(TINY, lr=1e-3, scheduler_lr=0.5, langevin_temperature=0.01)
+    quiet_trainer(max_steps=4, callbacks=[CheckWeights()]).fit(
+        module, datamodule=Batches(batches_over(tokenizer, num_samples, 4), num_samples)
+    )
+    assert module.hparams.num_samples == num_samples
+    assert not torch.equal(module.all_weights(), torch.ones(num_samples))  # the scheduler moved
+
+
+def test_model_and_scheduler_steps_touch_only_their_own_variables(tokenizer):
+    for scheduler in ("scalar", "neural"):
+        module = BDS(TINY, scheduler=scheduler, num_samples=4)
+        batch = safety_batch(tokenizer)
+        losses, features = module.sample_losses(batch["finetune"])
+        weights = module.data_scheduler.batch_weights(batch["finetune"]["index"], features)
+        weighted_finetune_loss(losses, weights.detach()).backward(retain_graph=True)
+        assert all(p.grad is None for p in module.data_scheduler.parameters())
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in module.model.parameters())
+        module.model.zero_grad(set_to_none=True)
+        weighted_finetune_loss(losses.detach(), weights).backward()
+        assert all(p.grad is None for p in module.model.parameters())
+        assert all(p.grad is not None for p in module.data_scheduler.parameters())
+
+
+def test_scheduler_state_is_saved_with_the_checkpoint(tokenizer, tmp_path):
+    module = BDS(TINY, scheduler_lr=0.5)
+    trainer = L.Trainer(
+        accelerator="cpu", max_steps=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False
+    )
+    trainer.fit(module, datamodule=Batches(batches_over(tokenizer, 5, 2), 5))
+    path = tmp_path / "bds.ckpt"
+    trainer.save_checkpoint(path)
+    restored = BDS.load_from_checkpoint(path)
+    torch.testing.assert_close(restored.all_weights(), module.all_weights())
+    assert restored.all_weights().sum().item() == pytest.approx(5, rel=1e-5)
+
+
+def test_langevin_noise_has_the_sqrt_2_lr_t_scale():
+    torch.manual_seed(0)
+    z = torch.zeros(200_000)
+    add_langevin_noise([z], lr=5e-3, temperature=0.2)
+    assert z.std().item() == pytest.approx((2 * 5e-3 * 0.2) ** 0.5, rel=0.01)
+    unchanged = torch.zeros(10)
+    add_langevin_noise([unchanged], lr=5e-3, temperature=0.0)
+    assert torch.equal(unchanged, torch.zeros(10))
+
+
+def test_alignment_set_missing_and_bad_hyperparameters(tokenizer):
+    batch = safety_batch(tokenizer)
+    del batch["align"]
+    with pytest.raises(ValueError, match=r"\['align'\].*alignment set"):
+        quiet_trainer(max_steps=1).fit(BDS(TINY), datamodule=Batches([batch], 2, parts=("finetune", "harmful")))
+    with pytest.raises(ValueError, match="scheduler must be 'scalar' or 'neural'"):
+        BDS(TINY, scheduler="mlp")
+    with pytest.raises(ValueError, match="langevin_temperature must be >= 0"):
+        BDS(TINY, langevin_temperature=-1.0)
+    with pytest.raises(ValueError, match="scheduler_lr must be positive"):
+        BDS(TINY, scheduler_lr=0.0)

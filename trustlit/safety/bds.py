@@ -1,0 +1,231 @@
+"""BDS: the Bayesian Data Scheduler against harmful fine-tuning.
+
+Hu et al., "Adaptive Defense against Harmful Fine-Tuning for Large Language Models via Bayesian
+Data Scheduler", NeurIPS 2025 (code: github.com/Egg-Hu/Bayesian-Data-Scheduler).
+
+Every sample j of the fine-tuning mixture (N samples) has a safety attribute, its weight w_j,
+inferred from the fine-tuning and the alignment data. Each step draws an alignment batch and a
+fine-tuning batch of B samples with per-sample losses l_j (token-mean NLL of the response):
+
+    model step, w fixed:       L(theta) = mean_a L_align,a(theta) + (1/B) sum_j w_j * l_j(theta)
+    scheduler step, theta fixed:  S(z)  = (1/B) sum_j w_j(z) * l_j            (l_j detached)
+
+S moves weight away from samples the aligned model finds costly to fit: with w = n * softmax(z),
+dS/dz_j = (w_j / B) * (l_j - (1/n) sum_{i in batch} w_i l_i) for j in the batch, so a sample whose
+loss is above the weighted batch term loses weight. Two schedulers:
+
+- ``scalar`` (the released default): one logit per sample, w = N * softmax(z) over the whole
+  mixture; z starts equal, so every weight starts at 1 and the weights always sum to N.
+- ``neural``, the amortized scheduler: z_j = f(x_j), an MLP on the sample's mean-pooled final
+  hidden state (detached) from the model's own forward, and w = B * softmax(z) over the batch.
+  It scores samples it never saw (:meth:`BDS.score`). The released code loads a separate 125M
+  encoder for f and never trains it (its neural mode has no scheduler backward or optimiser
+  step); here f is trained by S, and the features come from the model being fine-tuned, so no
+  second network is held.
+
+Posterior sampling: with ``langevin_temperature`` T > 0, every scheduler update is followed by
+Langevin noise z <- z + sqrt(2 * lr * T) * xi, xi ~ N(0, I) (on f's parameters for ``neural``),
+so the weights are samples of the posterior at temperature T rather than a point estimate.
+T = 0 (default) is the released deterministic variant: the released code has no noise term.
+
+Released defaults: scheduler AdamW lr 5e-3, betas (0.9, 0.95), no weight decay, gradient norm
+clipped at 10; model lr 1e-5 (AdamW, weight decay 0.1), LoRA r = 32, alpha = 4 on q/k/v, batch 10
+for both streams, 20 epochs. The weights are logged every epoch (a histogram where the logger
+takes one, their mean over harmful and benign samples, and the AUROC of telling them apart) and
+saved with the checkpoint (``data_scheduler.*`` in the state dict).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
+from torch import nn
+
+from trustlit.lm import eval_mode, sequence_logprobs_from_logits
+from trustlit.metrics.safety import weight_auroc
+from trustlit.models import CausalLMSpec
+from trustlit.safety.base import ManualStepMixin, SafetyModule
+from trustlit.safety.updates import add_langevin_noise, schedule_weights, weighted_finetune_loss
+
+SchedulerKind = Literal["scalar", "neural"]
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean of the hidden states [B, T, d] over the attended positions: [B, d]."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+
+
+class ScalarScheduler(nn.Module):
+    """One logit per fine-tuning sample; w = N * softmax(z) over all N samples."""
+
+    def __init__(self, num_samples: int) -> None:
+        super().__init__()
+        self.logits = nn.Parameter(torch.zeros(num_samples))
+
+    def all_weights(self) -> torch.Tensor:
+        return schedule_weights(self.logits)
+
+    def batch_weights(self, index: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        return self.all_weights()[index]
+
+
+class NeuralScheduler(nn.Module):
+    """The amortized scheduler: z = MLP(features) per sample; w = B * softmax(z) over the batch."""
+
+    def __init__(self, feature_size: int, hidden_size: int = 64) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(feature_size, hidden_size), nn.Tanh(), nn.Linear(hidden_size, 1))
+        nn.init.zeros_(self.net[-1].weight)  # z starts equal: every weight starts at 1
+        nn.init.zeros_(self.net[-1].bias)
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        return self.net(features.float()).squeeze(-1)
+
+    def batch_weights(self, index: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        return schedule_weights(self.logits(features))
+
+
+class BDS(ManualStepMixin, SafetyModule):
+    """Fine-tune on ``finetune`` with per-sample weights inferred by a data scheduler (module docstring).
+
+    Args:
+        scheduler: ``scalar`` (one logit per sample) or ``neural`` (amortized, transfers to new data).
+        scheduler_lr: lr of the scheduler's AdamW (released: 5e-3).
+        scheduler_grad_clip: gradient-norm clip of the scheduler step (released: 10).
+        langevin_temperature: T of the Langevin noise on scheduler updates; 0 is deterministic.
+        neural_hidden_size: width of the neural scheduler's MLP.
+        num_samples: N, the size of the fine-tuning mixture; read from the data module's
+            ``finetune_size`` at fit when not given (and then saved in the hyperparameters).
+        Other arguments: see :class:`~trustlit.CausalLMModule` (lr defaults to the released 1e-5).
+    """
+
+    required_parts = ("finetune", "align")
+
+    def __init__(
+        self,
+        lm: CausalLMSpec | None = None,
+        scheduler: SchedulerKind = "scalar",
+        scheduler_lr: float = 5e-3,
+        scheduler_grad_clip: float = 10.0,
+        langevin_temperature: float = 0.0,
+        neural_hidden_size: int = 64,
+        num_samples: int | None = None,
+        lr: float = 1e-5,
+        **kwargs: Any,
+    ) -> None:
+        if scheduler not in ("scalar", "neural"):
+            raise ValueError(f"scheduler must be 'scalar' or 'neural', got '{scheduler}'")
+        for key, value in (("scheduler_lr", scheduler_lr), ("scheduler_grad_clip", scheduler_grad_clip)):
+            if not value > 0:
+                raise ValueError(f"{key} must be positive, got {value}")
+        if langevin_temperature < 0:
+            raise ValueError(f"langevin_temperature must be >= 0, got {langevin_temperature}")
+        if num_samples is not None and num_samples < 1:
+            raise ValueError(f"num_samples must be a positive integer, got {num_samples}")
+        super().__init__(lm, lr=lr, **kwargs)
+        self.data_scheduler: ScalarScheduler | NeuralScheduler | None = None
+        if scheduler == "neural":
+            self.data_scheduler = NeuralScheduler(self.model.config.hidden_size, neural_hidden_size)
+        elif num_samples is not None:
+            self.data_scheduler = ScalarScheduler(num_samples)
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if stage == "fit" and self.data_scheduler is None:
+            size = getattr(self.trainer.datamodule, "finetune_size", None)
+            if size is None:
+                raise ValueError("BDS with scheduler='scalar' needs num_samples, or a data module with finetune_size")
+            self.hparams["num_samples"] = int(size)
+            self.data_scheduler = ScalarScheduler(int(size)).to(self.device)
+
+    def configure_optimizers(self) -> tuple[list[torch.optim.Optimizer], list[dict[str, Any]]]:
+        model = super().configure_optimizers()
+        scheduler_optimizer = torch.optim.AdamW(
+            self.data_scheduler.parameters(), lr=self.hparams.scheduler_lr, betas=(0.9, 0.95), weight_decay=0.0
+        )
+        return [model["optimizer"], scheduler_optimizer], [model["lr_scheduler"]]
+
+    def sample_losses(self, part: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token-mean NLL of each sample's response [B] and its mean-pooled final hidden state [B, d]."""
+        output = self.model(
+            input_ids=part["input_ids"], attention_mask=part["attention_mask"], output_hidden_states=True
+        )
+        sum_logprob, num_tokens = sequence_logprobs_from_logits(output.logits, part["labels"])
+        features = mean_pool(output.hidden_states[-1], part["attention_mask"]).detach()
+        return -sum_logprob / num_tokens.clamp(min=1), features
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        finetune = self.part(batch, "finetune")
+        align_loss = self.part_loss(batch, "align")
+        losses, features = self.sample_losses(finetune)
+        model_optimizer, scheduler_optimizer = self.optimizers()
+
+        weights = self.data_scheduler.batch_weights(finetune["index"], features)
+        loss = align_loss + weighted_finetune_loss(losses, weights.detach())
+        model_optimizer.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        model_optimizer.step()
+        self.lr_schedulers().step()
+
+        scheduler_loss = weighted_finetune_loss(losses.detach(), weights)
+        scheduler_optimizer.zero_grad(set_to_none=True)
+        self.manual_backward(scheduler_loss)
+        nn.utils.clip_grad_norm_(self.data_scheduler.parameters(), self.hparams.scheduler_grad_clip)
+        scheduler_optimizer.step()
+        add_langevin_noise(
+            list(self.data_scheduler.parameters()), self.hparams.scheduler_lr, self.hparams.langevin_temperature
+        )
+
+        terms = {
+            "loss": loss,
+            "align_loss": align_loss,
+            "finetune_loss": losses.mean(),
+            "scheduler_loss": scheduler_loss,
+            "batch_weight_min": weights.min(),
+        }
+        self.log_terms(terms, losses.size(0))
+        return loss.detach()
+
+    @torch.no_grad()
+    def score(self, part: dict[str, Any]) -> torch.Tensor:
+        """The neural scheduler's logits z = f(x) for a QA batch (samples it may never have seen)."""
+        if not isinstance(self.data_scheduler, NeuralScheduler):
+            raise ValueError("BDS.score needs scheduler='neural' (a scalar scheduler only knows its own samples)")
+        with eval_mode(self.model):
+            _, features = self.sample_losses(part)
+        return self.data_scheduler.logits(features)
+
+    @torch.no_grad()
+    def all_weights(self) -> torch.Tensor:
+        """w over the whole mixture (sums to N), in the mixture's order."""
+        if isinstance(self.data_scheduler, ScalarScheduler):
+            return self.data_scheduler.all_weights()
+        datamodule = self.trainer.datamodule
+        logits = torch.cat([self.score(part) for part in datamodule.finetune_batches(self.device)])
+        return schedule_weights(logits)
+
+    def on_train_epoch_end(self) -> None:
+        weights = self.all_weights().cpu()
+        flags = getattr(self.trainer.datamodule, "finetune_harmful", None)
+        stats = {"weights/min": weights.min(), "weights/max": weights.max()}
+        if flags is not None and 0 < int(flags.sum()) < len(flags):
+            stats |= {
+                "weights/harmful_mean": weights[flags].mean(),
+                "weights/benign_mean": weights[~flags].mean(),
+                "weights/auroc": torch.tensor(weight_auroc(weights, flags)),
+            }
+        for name, value in stats.items():
+            self.log(name, value)
+        self.log_histogram(weights)
+
+    def log_histogram(self, weights: torch.Tensor) -> None:
+        for logger in self.loggers:
+            if isinstance(logger, WandbLogger):
+                import wandb
+
+                logger.experiment.log({"weights/histogram": wandb.Histogram(weights.numpy())}, commit=False)
+            elif isinstance(logger, TensorBoardLogger):
+                logger.experiment.add_histogram("weights/histogram", weights, self.global_step)
