@@ -47,6 +47,7 @@ def quiet() -> None:
         ".*isinstance.treespec, LeafSpec.*",
         ".*In CPU autocast, but the target dtype is not supported.*",
         ".*Optimal order is the (largest|smallest) alpha.*",
+        ".*The .srun. command is available on your system but is not used.*",
     ):
         warnings.filterwarnings("ignore", message=message)
 

@@ -68,9 +68,9 @@ def test_weights_start_at_one_and_sum_to_n_after_every_step(tokenizer):
             assert (weights > 0).all()
 
     module = BDS(TINY, lr=1e-3, scheduler_lr=0.5, langevin_temperature=0.01)
-    quiet_trainer(max_steps=4, callbacks=[CheckWeights()]).fit(
-        module, datamodule=Batches(batches_over(tokenizer, num_samples, 4), num_samples)
-    )
+    trainer = quiet_trainer(max_steps=4, callbacks=[CheckWeights()])
+    trainer.fit(module, datamodule=Batches(batches_over(tokenizer, num_samples, 8), num_samples))
+    assert trainer.global_step == 4  # one step per batch: the scheduler's step is not counted
     assert module.hparams.num_samples == num_samples
     assert not torch.equal(module.all_weights(), torch.ones(num_samples))  # the scheduler moved
 

@@ -60,6 +60,9 @@ def offline_stand_ins(recipe: Path) -> list[str]:
         overrides += [f"--data.init_args.source={SHARED_DATA / 'tofu'}", "--data.init_args.max_samples=8"]
     if "layer" in model_args:
         overrides.append("--model.init_args.layer=1")
+    if data_args.get("source") == "secret-keeper":
+        sizes = {"num_align": 20, "num_finetune": 20, "num_harmful": 10, "num_test": 4}
+        overrides += [f"--data.init_args.{key}={value}" for key, value in sizes.items()]
     return overrides
 
 

@@ -174,7 +174,9 @@ class BDS(ManualStepMixin, SafetyModule):
         scheduler_optimizer.zero_grad(set_to_none=True)
         self.manual_backward(scheduler_loss)
         nn.utils.clip_grad_norm_(self.data_scheduler.parameters(), self.hparams.scheduler_grad_clip)
-        scheduler_optimizer.step()
+        # the wrapped torch optimizer: Lightning counts every LightningOptimizer.step as a global step,
+        # and a training step of BDS is one step (max_steps, lr schedules and logging count model steps)
+        scheduler_optimizer.optimizer.step()
         add_langevin_noise(
             list(self.data_scheduler.parameters()), self.hparams.scheduler_lr, self.hparams.langevin_temperature
         )
