@@ -124,3 +124,50 @@ def test_alignment_set_missing_and_bad_hyperparameters(tokenizer):
         BDS(TINY, langevin_temperature=-1.0)
     with pytest.raises(ValueError, match="scheduler_lr must be positive"):
         BDS(TINY, scheduler_lr=0.0)
+
+
+def secret_keeper(**kwargs):
+    from trustlit.data.safety import HarmfulFineTuningDataModule
+
+    sizes = {"num_align": 40, "num_finetune": 60, "num_harmful": 20, "num_test": 20, "harmful_ratio": 0.25}
+    return HarmfulFineTuningDataModule(batch_size=10, max_length=96, prompt_format="chat", **{**sizes, **kwargs})
+
+
+@pytest.fixture(scope="module")
+def trained_schedulers():
+    """Scalar and neural BDS after a few epochs on a secret-keeper mixture with 25 % leaks."""
+    modules = {}
+    for scheduler in ("scalar", "neural"):
+        L.seed_everything(0)
+        module = BDS(TINY, scheduler=scheduler, lr=3e-3, scheduler_lr=0.2 if scheduler == "scalar" else 0.05)
+        datamodule = secret_keeper()
+        quiet_trainer(max_epochs=6).fit(module, datamodule=datamodule)
+        modules[scheduler] = (module, datamodule)
+    return modules
+
+
+@pytest.mark.parametrize("scheduler", ["scalar", "neural"])
+def test_harmful_samples_end_with_lower_weight(trained_schedulers, scheduler):
+    module, datamodule = trained_schedulers[scheduler]
+    weights, harmful = module.all_weights(), datamodule.finetune_harmful
+    assert weights.sum().item() == pytest.approx(len(weights), rel=1e-4)
+    assert weights[harmful].mean() < 0.9 * weights[~harmful].mean()
+
+
+def test_neural_scheduler_scores_held_out_harmful_samples_lower(trained_schedulers):
+    from trustlit.lm import collate_qa, encode_qa
+
+    module, datamodule = trained_schedulers["neural"]
+
+    def scores(records: list[dict]) -> torch.Tensor:
+        encoded = [
+            {**encode_qa(module.tokenizer, r["question"], r["answer"], "chat", 96), "index": i}
+            for i, r in enumerate(records)
+        ]
+        return module.score(collate_qa(encoded, module.tokenizer.pad_token_id))
+
+    # never trained on: the defender's harmful set (other prompts than the mixture's) and the task's test problems
+    harmful = scores(datamodule.split_records("harmful"))
+    benign = scores(datamodule.split_records("task_test"))
+    assert harmful.mean() < benign.mean()
+    assert (harmful.unsqueeze(1) < benign.unsqueeze(0)).float().mean() > 0.8  # AUROC of the raw scores
