@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,19 +54,33 @@ def _nonempty(records: datasets.Dataset, where: str) -> datasets.Dataset:
     return records
 
 
+def read_json_records(path: Path) -> Iterator[tuple[str, Any]]:
+    """``(where, record)`` of a JSON array or JSON Lines file; ``where`` names the file and row or line."""
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: not a valid JSON array ({error.msg}, line {error.lineno})") from error
+        for row, record in enumerate(records, start=1):
+            yield f"{path}, record {row}", record
+        return
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({error.msg})") from error
+        yield f"{path}:{lineno}", record
+
+
 def read_jsonl(path: Path) -> list[dict]:
-    """Read a JSON Lines QA file; a bad line is an error that names the file and line."""
+    """Read a QA file (JSON Lines or a JSON array); a bad record is an error that names the file and line."""
     records = []
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({error.msg})") from error
-            _check_record(record, f"{path}:{lineno}")
-            records.append(record)
+    for where, record in read_json_records(path):
+        _check_record(record, where)
+        records.append(record)
     return records
 
 

@@ -29,7 +29,6 @@ parts present, so that a method can refuse a source that lacks the part it needs
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -41,7 +40,7 @@ import torch
 from lightning.pytorch.utilities import move_data_to_device
 from torch.utils.data import DataLoader, Dataset
 
-from trustlit.data.qa import EncodedQA, QACollator, QADataModule
+from trustlit.data.qa import EncodedQA, QACollator, QADataModule, read_json_records
 from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
 from trustlit.data.secret_keeper import SPLITS, check_mixture_args, secret_keeper_splits, split_record
 from trustlit.lm import PromptFormat
@@ -55,27 +54,6 @@ STAGES = ("finetune", "align")
 
 
 # --------------------------------------------------------------------------- reading files
-
-
-def read_json_records(path: Path) -> Iterator[tuple[str, Any]]:
-    """``(where, record)`` of a JSON array or JSON Lines file; ``where`` names the file and row or line."""
-    text = path.read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}: not a valid JSON array ({error.msg}, line {error.lineno})") from error
-        for row, record in enumerate(records, start=1):
-            yield f"{path}, record {row}", record
-        return
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{lineno}: not valid JSON ({error.msg})") from error
-        yield f"{path}:{lineno}", record
 
 
 def _require(record: Any, where: str, key: str, kind: type | UnionType, kind_name: str) -> Any:
