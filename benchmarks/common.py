@@ -11,10 +11,12 @@ import logging
 import os
 import platform
 import re
+import time
 import warnings
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -66,6 +68,19 @@ def bare_trainer(callbacks: list[L.Callback], **budget: int) -> L.Trainer:
         callbacks=callbacks,
         **budget,
     )
+
+
+class StepTimer(L.Callback):
+    """Wall time of every training step (batch start to batch end), in ``seconds``."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def on_train_batch_start(self, *args: Any) -> None:
+        self.began = time.perf_counter()
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        self.seconds.append(time.perf_counter() - self.began)
 
 
 def provenance(command: str, quick: bool, load_before: float | None, versions: str = "") -> str:

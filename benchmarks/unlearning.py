@@ -32,7 +32,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from common import bare_trainer, provenance, quiet, read_sections, render_report, with_provenance
+from common import StepTimer, bare_trainer, provenance, quiet, read_sections, render_report, with_provenance
 
 import trustlit
 from trustlit import CausalLMFineTuning
@@ -282,17 +282,6 @@ COST_METHODS = ["GradAscent", "GradDiff", "KL", "NPO", "SimNPO", "IdkDPO", "RMU"
 COST_BATCH = 2  # forget and retain halves: 2 + 2 sequences a step (SmolLM2 on 2 CPU cores)
 COST_MAX_LENGTH = 96
 LORA = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}
-
-
-class StepTimer(L.Callback):
-    def __init__(self) -> None:
-        self.seconds: list[float] = []
-
-    def on_train_batch_start(self, *args: Any) -> None:
-        self.began = time.perf_counter()
-
-    def on_train_batch_end(self, *args: Any) -> None:
-        self.seconds.append(time.perf_counter() - self.began)
 
 
 def resident_kib(field: str) -> int:
