@@ -77,8 +77,23 @@ FINETUNERS: dict[str, tuple[str, type, dict[str, Any]]] = {
     "Lisa": ("SFT", Lisa, LISA_CYCLE),
     "Panacea": ("SFT", Panacea, {}),
     "BDS": ("SFT", BDS, {}),
+    "BDS (neural)": ("SFT", BDS, {"scheduler": "neural"}),
+    # an ablation: the alignment term of BDS's loss without its scheduler (weights stay ~1)
+    "BDS, scheduler frozen": ("SFT", BDS, {"scheduler_lr": 1e-12}),
 }
-TABLE_ORDER = ["no fine-tune", "SFT", "Vaccine", "Booster", "RepNoise", "Lisa", "Panacea at w_T", "Panacea", "BDS"]
+TABLE_ORDER = [
+    "no fine-tune",
+    "SFT",
+    "Vaccine",
+    "Booster",
+    "RepNoise",
+    "Lisa",
+    "Panacea at w_T",
+    "Panacea",
+    "BDS",
+    "BDS (neural)",
+    "BDS, scheduler frozen",
+]
 
 
 def data(seed: int, ratio: float, stage: str, quick: bool) -> HarmfulFineTuningDataModule:
@@ -284,11 +299,12 @@ def render_quality(jobs: dict, results: dict, args: argparse.Namespace) -> str:
         verdicts.append(line)
 
     bds_rows = [
-        f"| {p} | {mean_std([r['harmful_weight'] for r in rows['BDS', p]], 3)} | "
-        f"{mean_std([r['benign_weight'] for r in rows['BDS', p]], 3)} | "
-        f"{statistics.mean(r['auroc'] for r in rows['BDS', p]):.3f} |"
+        f"| {m} | {p} | {mean_std([r['harmful_weight'] for r in rows[m, p]], 3)} | "
+        f"{mean_std([r['benign_weight'] for r in rows[m, p]], 3)} | "
+        f"{mean_std([r['auroc'] for r in rows[m, p]], 3)} |"
+        for m in methods
+        if m.startswith("BDS")
         for p in args.ratios
-        if ("BDS", p) in rows
     ]
     seconds = {
         m: statistics.median(r["fit_seconds"] for p in args.ratios for r in rows[m, p])
@@ -336,8 +352,8 @@ Targets (means over seeds):
 
 BDS weights at the end of fine-tuning (mean weight of the harmful and the benign samples; 1 = unweighted):
 
-| p | harmful | benign | AUROC |
-|---|---|---|---|
+| scheduler | p | harmful | benign | AUROC |
+|---|---|---|---|---|
 {nl.join(bds_rows)}
 
 Fine-tuning wall time (median s per run, one thread): {", ".join(f"{m} {s:.0f}" for m, s in seconds.items())}.
@@ -495,7 +511,7 @@ def smollm2_section(args: argparse.Namespace) -> str:
         ]
         if recipe != "align_secret_keeper_smollm2":
             command.append(f"--model.init_args.lm.name_or_path={root / 'align' / 'checkpoints' / 'last.ckpt'}")
-        commands.append(shlex.join(command[1:]))
+        commands.append(shlex.join(command[1:]).replace(f"{REPO_ROOT}/", ""))
         began = time.perf_counter()
         subprocess.run(command, check=True, cwd=REPO_ROOT, capture_output=not args.verbose)
         wall = time.perf_counter() - began

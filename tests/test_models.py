@@ -113,3 +113,13 @@ def test_smollm2_loads_offline_from_its_wheel_and_caches_a_copy(tmp_path, monkey
     with torch.no_grad():
         assert torch.allclose(model(input_ids=batch["input_ids"]).logits, again(input_ids=batch["input_ids"]).logits)
     assert "Paris" in generate_greedy(again, tokenizer, batch, max_new_tokens=12)[0]
+
+
+def test_a_pretrained_model_fine_tunes_in_train_mode(tiny_lm, tokenizer, tmp_path):
+    from trustlit import CausalLMFineTuning
+
+    tiny_lm.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    assert not load_causal_lm(str(tmp_path))[0].training  # from_pretrained hands it over in eval mode
+    module = CausalLMFineTuning(lm={"name_or_path": str(tmp_path)})
+    assert all(m.training for m in module.model.modules())  # dropout is on while it trains

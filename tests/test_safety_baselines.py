@@ -111,6 +111,20 @@ def test_answer_nll_from_logits_matches_the_model_loss(tiny_lm, batch):
     torch.testing.assert_close(answer_nll_from_logits(logits, part["labels"]), answer_nll(tiny_lm, part))
 
 
+def test_logit_lens_nll_on_answer_positions_equals_the_full_logits_one(tiny_lm, batch):
+    from trustlit.safety.baselines import final_norm
+    from trustlit.safety.losses import answer_nll_from_hidden
+
+    part = batch["harmful"]
+    hidden = tiny_lm(input_ids=part["input_ids"], attention_mask=part["attention_mask"], output_hidden_states=True)
+    head, norm = tiny_lm.get_output_embeddings(), final_norm(tiny_lm)
+    for state in hidden.hidden_states[:-1]:
+        full = answer_nll_from_logits(head(norm(state)), part["labels"])
+        torch.testing.assert_close(answer_nll_from_hidden(state, lambda x: head(norm(x)), part["labels"]), full)
+    no_answer = torch.full_like(part["labels"], -100)
+    assert answer_nll_from_hidden(hidden.hidden_states[0], head, no_answer).item() == 0.0
+
+
 def test_booster_update_on_a_quadratic_is_the_closed_form():
     # h(w) = 1/2 ||A w - b||^2: grad h(w) - grad h(w - s) = A^T A s for the simulated step s
     generator = torch.Generator().manual_seed(0)

@@ -88,6 +88,9 @@ class CausalLMModule(L.LightningModule):
         # shards. Models too large for one process's memory would want meta-device init in
         # configure_model (Strategy.tensor_init_context(empty_init=True)) and sharded weight loading.
         self.model, self.tokenizer = lm.load()
+        # from_pretrained returns a model in eval mode and Lightning keeps submodules' modes at fit
+        # start: without this, a pretrained model would fine-tune with its dropout switched off
+        self.model.train()
 
     def configure_model(self) -> None:
         """Under ``ModelParallelStrategy`` (``configs/strategy/fsdp2_cpu.yaml``), shard with FSDP2.

@@ -20,7 +20,12 @@ from trustlit.layers import base_model, capture_outputs, decoder_layers, mlp_dow
 from trustlit.lm import IGNORE_INDEX, answer_nll
 from trustlit.models import CausalLMSpec
 from trustlit.safety.base import ManualStepMixin, SafetyModule
-from trustlit.safety.losses import answer_nll_from_logits, repnoise_loss, representation_noise_mmd
+from trustlit.safety.losses import (
+    answer_nll_from_hidden,
+    answer_nll_from_logits,
+    repnoise_loss,
+    representation_noise_mmd,
+)
 from trustlit.safety.updates import booster_update, perturbed, proximal_penalty, scaled_direction
 
 PARTS = ("finetune", "align", "harmful")
@@ -348,8 +353,8 @@ class RepNoise(SafetyModule):
             )
         head, norm = self.model.get_output_embeddings(), final_norm(self.model)
         labels = harmful["labels"]
-        layer_logits = [head(norm(hidden)) for hidden in output.hidden_states[:-1]] + [output.logits]
-        harmful_nll = torch.stack([answer_nll_from_logits(logits, labels) for logits in layer_logits]).mean()
+        lens = [answer_nll_from_hidden(hidden, lambda x: head(norm(x)), labels) for hidden in output.hidden_states[:-1]]
+        harmful_nll = torch.stack([*lens, answer_nll_from_logits(output.logits, labels)]).mean()
         noise = representation_noise_mmd([mlp_outputs[name] for name in blocks], labels != IGNORE_INDEX)
         return harmful_nll, noise
 

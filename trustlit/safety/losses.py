@@ -6,17 +6,35 @@ answer tokens of a batch (prompt and padding positions never count).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
+import torch.nn.functional as F
 
-from trustlit.lm import sequence_logprobs_from_logits
+from trustlit.lm import IGNORE_INDEX, sequence_logprobs_from_logits
 
 
 def answer_nll_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean NLL over all answer tokens of the batch, from logits [B, T, V] and labels [B, T]."""
     sum_logprob, num_tokens = sequence_logprobs_from_logits(logits, labels)
     return -sum_logprob.sum() / num_tokens.sum().clamp(min=1)
+
+
+def answer_nll_from_hidden(
+    hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], labels: torch.Tensor
+) -> torch.Tensor:
+    """``answer_nll_from_logits(head(hidden), labels)``, with ``head`` applied only where it counts.
+
+    The head (e.g. final norm then LM head: a logit lens) maps hidden states [B, T, D] to logits;
+    it runs only on the positions that predict an answer token, so no [B, T, V] logits are built
+    (for a 49k-token vocabulary and every layer of a model, those dominate time and memory).
+    """
+    targets = labels[:, 1:]
+    predicts_answer = targets != IGNORE_INDEX
+    if not predicts_answer.any():
+        return hidden.sum() * 0.0
+    logits = head(hidden[:, :-1][predicts_answer])
+    return F.cross_entropy(logits.float(), targets[predicts_answer])
 
 
 def gaussian_kernel_mmd(x: torch.Tensor, y: torch.Tensor, kernel_mul: float = 2.0, kernel_num: int = 5) -> torch.Tensor:
