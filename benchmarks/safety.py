@@ -79,7 +79,7 @@ FINETUNERS: dict[str, tuple[str, type, dict[str, Any]]] = {
     "BDS": ("SFT", BDS, {}),
     "BDS (neural)": ("SFT", BDS, {"scheduler": "neural"}),
     # an ablation: the alignment term of BDS's loss without its scheduler (weights stay ~1)
-    "BDS, scheduler frozen": ("SFT", BDS, {"scheduler_lr": 1e-12}),
+    "BDS (scheduler frozen)": ("SFT", BDS, {"scheduler_lr": 1e-12}),
 }
 TABLE_ORDER = [
     "no fine-tune",
@@ -92,7 +92,7 @@ TABLE_ORDER = [
     "Panacea",
     "BDS",
     "BDS (neural)",
-    "BDS, scheduler frozen",
+    "BDS (scheduler frozen)",
 ]
 
 
