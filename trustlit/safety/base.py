@@ -92,21 +92,13 @@ class ManualStepMixin:
 
     automatic_optimization = False
 
-    def gradients(self, loss: torch.Tensor, params: Sequence[nn.Parameter]) -> list[torch.Tensor]:
-        """d loss / d params; a parameter the loss does not reach gets zeros."""
-        grads = torch.autograd.grad(loss, params, allow_unused=True)
-        return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
-
     def apply_update(self, params: Sequence[nn.Parameter], update: Sequence[torch.Tensor]) -> None:
-        """One step of the model's optimiser (the first) and its lr schedule along ``update``,
-        as if it were the gradient."""
-        optimizers = self.optimizers()
-        optimizer = optimizers[0] if isinstance(optimizers, list) else optimizers
+        """One optimiser step (and lr-schedule step) along ``update``, as if it were the gradient."""
+        optimizer = self.optimizers()
         for p, u in zip(params, update, strict=True):
             p.grad = u.detach().to(p.dtype)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        schedulers = self.lr_schedulers()
-        scheduler = schedulers[0] if isinstance(schedulers, list) else schedulers
+        scheduler = self.lr_schedulers()
         if scheduler is not None:
             scheduler.step()

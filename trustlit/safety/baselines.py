@@ -26,7 +26,13 @@ from trustlit.safety.losses import (
     repnoise_loss,
     representation_noise_mmd,
 )
-from trustlit.safety.updates import booster_update, perturbed, proximal_penalty, scaled_direction
+from trustlit.safety.updates import (
+    booster_update,
+    parameter_gradients,
+    perturbed,
+    proximal_penalty,
+    scaled_direction,
+)
 
 PARTS = ("finetune", "align", "harmful")
 LisaState = Literal["align", "finetune"]
@@ -176,13 +182,13 @@ class Booster(ManualStepMixin, SafetyModule):
         align, harmful = self.part(batch, "align"), self.part(batch, "harmful")
         params = self.trainable_parameters()
         harmful_loss = answer_nll(self.model, harmful)
-        harmful_grad = self.gradients(harmful_loss, params)
+        harmful_grad = parameter_gradients(harmful_loss, params)
         step = [-d for d in scaled_direction(harmful_grad, self.hparams.alpha)]
         with perturbed(params, step):
             stepped_loss = answer_nll(self.model, harmful)
-            stepped_grad = self.gradients(stepped_loss, params)
+            stepped_grad = parameter_gradients(stepped_loss, params)
         loss = answer_nll(self.model, align)
-        align_grad = self.gradients(loss, params)
+        align_grad = parameter_gradients(loss, params)
         self.apply_update(params, booster_update(align_grad, harmful_grad, stepped_grad, self.hparams.lam))
         terms = {
             "loss": loss,

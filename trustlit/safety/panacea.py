@@ -39,7 +39,7 @@ from torch import nn
 from trustlit.lm import answer_nll
 from trustlit.models import CausalLMSpec
 from trustlit.safety.base import ManualStepMixin, SafetyModule
-from trustlit.safety.updates import panacea_update, perturbed, scaled_direction
+from trustlit.safety.updates import panacea_update, parameter_gradients, perturbed, scaled_direction
 
 PERTURBATION_KEY = "panacea_perturbation"
 
@@ -53,11 +53,6 @@ class PanaceaStep:
     finetune_loss: torch.Tensor
     harmful_loss: torch.Tensor
     perturbed_harmful_loss: torch.Tensor
-
-
-def _gradient(loss: torch.Tensor, params: Sequence[nn.Parameter]) -> list[torch.Tensor]:
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
-    return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
 
 
 def panacea_step(
@@ -74,13 +69,13 @@ def panacea_step(
     ``params`` are the trainable weights eps lives on. On return the weights are as on entry.
     """
     g = finetune_loss()
-    finetune_grad = _gradient(g, params)
+    finetune_grad = parameter_gradients(g, params)
     h = harmful_loss()
-    harmful_grad = _gradient(h, params)
+    harmful_grad = parameter_gradients(h, params)
     eps = scaled_direction(harmful_grad, rho)
     with perturbed(params, eps):
         h_eps = harmful_loss()
-        perturbed_grad = _gradient(h_eps.clamp(max=clamp), params)
+        perturbed_grad = parameter_gradients(h_eps.clamp(max=clamp), params)
     return PanaceaStep(
         update=panacea_update(finetune_grad, harmful_grad, perturbed_grad, lam),
         perturbation=[e.detach() for e in eps],

@@ -21,6 +21,12 @@ def global_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.float()) for t in tensors]))
 
 
+def parameter_gradients(loss: torch.Tensor, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """d loss / d params as new tensors (``.grad`` is left alone); zeros for a parameter the loss does not reach."""
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
+
+
 def scaled_direction(grads: Sequence[torch.Tensor], radius: float) -> list[torch.Tensor]:
     """radius * g / (||g||_2 + 1e-7), one global norm; new tensors, never views of ``grads``.
 
