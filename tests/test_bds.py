@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import lightning as L
 import pytest
 import torch
 from helpers import quiet_trainer, safety_batch
 
 from trustlit.safety.bds import BDS
-from trustlit.safety.updates import add_langevin_noise, schedule_weights, weighted_finetune_loss
+from trustlit.safety.updates import add_langevin_noise, negative_entropy, schedule_weights, weighted_finetune_loss
 
 TINY = {"name_or_path": "tiny-llama", "tiny": {"hidden_size": 32, "num_layers": 2, "num_heads": 2}}
 
@@ -53,6 +55,21 @@ def test_logit_gradient_sign_is_loss_minus_weighted_term(support):
         outside = torch.ones(num_samples, dtype=torch.bool)
         outside[index] = False
         assert (logits.grad[outside] < 0).all()
+
+
+def test_with_the_entropy_term_the_scheduler_minimiser_is_the_gibbs_distribution():
+    losses, lam = torch.tensor([0.2, 3.0, 0.7, 1.5]), 0.8
+
+    def scheduler_gradient(logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.clone().requires_grad_()
+        weights = schedule_weights(logits)
+        (weighted_finetune_loss(losses, weights) + lam * negative_entropy(weights)).backward()
+        return logits.grad
+
+    assert scheduler_gradient(-losses / lam).abs().max() < 1e-6  # p ∝ exp(-l / lambda_H) is stationary
+    assert scheduler_gradient(torch.zeros(4)).abs().max() > 1e-2  # uniform weights are not
+    assert negative_entropy(torch.ones(4)).item() == pytest.approx(-math.log(4))
+    assert negative_entropy(torch.tensor([4.0, 0.0, 0.0, 0.0])).item() == pytest.approx(0.0)
 
 
 def test_weights_start_at_one_and_sum_to_n_after_every_step(tokenizer):
@@ -122,6 +139,8 @@ def test_alignment_set_missing_and_bad_hyperparameters(tokenizer):
         BDS(TINY, scheduler="mlp")
     with pytest.raises(ValueError, match="langevin_temperature must be >= 0"):
         BDS(TINY, langevin_temperature=-1.0)
+    with pytest.raises(ValueError, match="entropy_weight must be >= 0"):
+        BDS(TINY, entropy_weight=-0.5)
     with pytest.raises(ValueError, match="scheduler_lr must be positive"):
         BDS(TINY, scheduler_lr=0.0)
 

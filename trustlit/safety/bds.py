@@ -23,6 +23,11 @@ loss is above the weighted batch term loses weight. Two schedulers:
   step); here f is trained by S, and the features come from the model being fine-tuned, so no
   second network is held.
 
+Minimising S alone puts all the weight on the lowest-loss sample. ``entropy_weight`` lambda_H adds
+lambda_H * sum_i p_i log p_i (p = w / n, over the softmax's support: the mixture for ``scalar``, the
+batch for ``neural``), the released code's ``entropy`` option (0 there by default): the minimiser is
+then p_i ∝ exp(-l_i / lambda_H), a Gibbs distribution at temperature lambda_H.
+
 Posterior sampling: with ``langevin_temperature`` T > 0, every scheduler update is followed by
 Langevin noise z <- z + sqrt(2 * lr * T) * xi, xi ~ N(0, I) (on f's parameters for ``neural``),
 so the weights are samples of the posterior at temperature T rather than a point estimate.
@@ -47,7 +52,12 @@ from trustlit.lm import eval_mode, sequence_logprobs_from_logits
 from trustlit.metrics.safety import weight_auroc
 from trustlit.models import CausalLMSpec
 from trustlit.safety.base import ManualStepMixin, SafetyModule
-from trustlit.safety.updates import add_langevin_noise, schedule_weights, weighted_finetune_loss
+from trustlit.safety.updates import (
+    add_langevin_noise,
+    negative_entropy,
+    schedule_weights,
+    weighted_finetune_loss,
+)
 
 SchedulerKind = Literal["scalar", "neural"]
 
@@ -96,6 +106,7 @@ class BDS(ManualStepMixin, SafetyModule):
         scheduler_lr: lr of the scheduler's AdamW (released: 5e-3).
         scheduler_grad_clip: gradient-norm clip of the scheduler step (released: 10).
         langevin_temperature: T of the Langevin noise on scheduler updates; 0 is deterministic.
+        entropy_weight: lambda_H, weight of the negative entropy of the weights in the scheduler loss.
         neural_hidden_size: width of the neural scheduler's MLP.
         num_samples: N, the size of the fine-tuning mixture; read from the data module's
             ``finetune_size`` at fit when not given (and then saved in the hyperparameters).
@@ -111,6 +122,7 @@ class BDS(ManualStepMixin, SafetyModule):
         scheduler_lr: float = 5e-3,
         scheduler_grad_clip: float = 10.0,
         langevin_temperature: float = 0.0,
+        entropy_weight: float = 0.0,
         neural_hidden_size: int = 64,
         num_samples: int | None = None,
         lr: float = 1e-5,
@@ -121,8 +133,9 @@ class BDS(ManualStepMixin, SafetyModule):
         for key, value in (("scheduler_lr", scheduler_lr), ("scheduler_grad_clip", scheduler_grad_clip)):
             if not value > 0:
                 raise ValueError(f"{key} must be positive, got {value}")
-        if langevin_temperature < 0:
-            raise ValueError(f"langevin_temperature must be >= 0, got {langevin_temperature}")
+        for key, value in (("langevin_temperature", langevin_temperature), ("entropy_weight", entropy_weight)):
+            if value < 0:
+                raise ValueError(f"{key} must be >= 0, got {value}")
         if num_samples is not None and num_samples < 1:
             raise ValueError(f"num_samples must be a positive integer, got {num_samples}")
         super().__init__(lm, lr=lr, **kwargs)
@@ -171,6 +184,9 @@ class BDS(ManualStepMixin, SafetyModule):
         self.lr_schedulers().step()
 
         scheduler_loss = weighted_finetune_loss(losses.detach(), weights)
+        if self.hparams.entropy_weight > 0:
+            support = self.data_scheduler.all_weights() if isinstance(self.data_scheduler, ScalarScheduler) else weights
+            scheduler_loss = scheduler_loss + self.hparams.entropy_weight * negative_entropy(support)
         scheduler_optimizer.zero_grad(set_to_none=True)
         self.manual_backward(scheduler_loss)
         nn.utils.clip_grad_norm_(self.data_scheduler.parameters(), self.hparams.scheduler_grad_clip)

@@ -105,6 +105,14 @@ def weighted_finetune_loss(sample_losses: torch.Tensor, weights: torch.Tensor) -
     return (weights * sample_losses).mean()
 
 
+def negative_entropy(weights: torch.Tensor) -> torch.Tensor:
+    """sum_i p_i log p_i of the normalised weights p = w / sum(w): 0 when all weight is on one
+    sample, -log n when it is spread evenly. Added to BDS's scheduler loss with weight lambda_H, the
+    scheduler's minimiser becomes the Gibbs distribution p_i ∝ exp(-l_i / lambda_H)."""
+    p = weights / weights.sum()
+    return (p * torch.log(p.clamp(min=torch.finfo(p.dtype).tiny))).sum()
+
+
 def add_langevin_noise(params: Sequence[torch.Tensor], lr: float, temperature: float) -> None:
     """theta <- theta + sqrt(2 * lr * T) * xi, xi ~ N(0, I): the Langevin term that turns the
     scheduler's descent into posterior sampling at temperature T (T = 0: no noise)."""
