@@ -78,7 +78,7 @@ FINETUNERS: dict[str, tuple[str, type, dict[str, Any]]] = {
     "Panacea": ("SFT", Panacea, {}),
     "BDS": ("SFT", BDS, {}),
     "BDS (neural)": ("SFT", BDS, {"scheduler": "neural"}),
-    "BDS (neural, entropy 1)": ("SFT", BDS, {"scheduler": "neural", "entropy_weight": 1.0}),
+    "BDS (neural + entropy 1)": ("SFT", BDS, {"scheduler": "neural", "entropy_weight": 1.0}),
     # an ablation: the alignment term of BDS's loss without its scheduler (weights stay ~1)
     "BDS (scheduler frozen)": ("SFT", BDS, {"scheduler_lr": 1e-12}),
 }
@@ -93,7 +93,7 @@ TABLE_ORDER = [
     "Panacea",
     "BDS",
     "BDS (neural)",
-    "BDS (neural, entropy 1)",
+    "BDS (neural + entropy 1)",
     "BDS (scheduler frozen)",
 ]
 
