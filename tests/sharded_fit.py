@@ -26,23 +26,39 @@ RECIPES = REPO_ROOT / "recipes" / "quickstart"
 TINY = [
     "--model.init_args.lm.name_or_path=tiny-llama",
     '--model.init_args.lm.tiny={"hidden_size": 32, "num_layers": 2, "num_heads": 2}',
-    "--data.init_args.fictitious.num_authors=6",
-    "--data.init_args.max_length=64",
     "--trainer.enable_progress_bar=false",
     "--trainer.logger=false",
     "--trainer.max_steps=5",
     "--model.init_args.warmup_steps=1",
 ]
+FICTITIOUS = ["--data.init_args.fictitious.num_authors=6", "--data.init_args.max_length=64"]
 FINETUNE = [
     "-c",
     str(RECIPES / "finetune_fictitious.yaml"),
+    *FICTITIOUS,
     "--trainer.limit_val_batches=1",  # a sanity batch per eval split: generate under sharding
     "--trainer.num_sanity_val_steps=1",
     "--model.init_args.max_new_tokens=8",
     "--checkpoint.every_n_train_steps=3",
     "--checkpoint.save_top_k=-1",
 ]
-UNLEARN = ["-c", str(RECIPES / "unlearn_fictitious.yaml"), "--trainer.callbacks=[]", "--trainer.limit_val_batches=0"]
+UNLEARN = [
+    "-c",
+    str(RECIPES / "unlearn_fictitious.yaml"),
+    *FICTITIOUS,
+    "--trainer.callbacks=[]",
+    "--trainer.limit_val_batches=0",
+]
+SAFETY_DATA = [
+    f"--data.init_args.{key}={value}"
+    for key, value in {"num_align": 20, "num_finetune": 20, "num_harmful": 10, "num_test": 4, "batch_size": 2}.items()
+]
+
+
+def safety(recipe: str, *overrides: str) -> list[str]:
+    """A defense's secret-keeper recipe on small sets, without its end-of-fit evaluation."""
+    path = REPO_ROOT / "recipes" / "safety" / f"{recipe}_secret_keeper.yaml"
+    return ["-c", str(path), *SAFETY_DATA, "--trainer.callbacks=[]", *overrides]
 
 
 def scenarios(out: Path) -> dict[str, tuple[list[str], str]]:
@@ -62,6 +78,13 @@ def scenarios(out: Path) -> dict[str, tuple[list[str], str]]:
         "simnpo_fsdp2_cpu": (UNLEARN, "fsdp2_cpu"),
         "grad_ascent_ddp": (grad_ascent, "ddp"),
         "grad_ascent_fsdp2_cpu": (grad_ascent, "fsdp2_cpu"),
+        "safety_sft_ddp": (safety("sft"), "ddp"),
+        "safety_lisa_ddp": (
+            safety("lisa", "--model.init_args.align_steps=2", "--model.init_args.finetune_steps=2"),
+            "ddp",
+        ),
+        "safety_vaccine_ddp": (safety("vaccine"), "ddp"),
+        "safety_repnoise_ddp": (safety("repnoise"), "ddp"),
     }
 
 
@@ -78,7 +101,13 @@ class LossRecorder(L.Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         # a collective under FSDP2: every rank gathers, rank 0 keeps the full tensors
         params = get_model_state_dict(pl_module.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        record = {"losses": self.losses, "step": trainer.global_step, "model": type(pl_module.model).__name__}
+        record = {
+            "losses": self.losses,
+            "step": trainer.global_step,
+            "model": type(pl_module.model).__name__,
+            # equal on every rank when the ranks' gradients were all-reduced (DDP keeps replicas in step)
+            "param_sum_squares": sum(float((p.detach().double() ** 2).sum()) for p in pl_module.model.parameters()),
+        }
         (self.out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
         if trainer.global_rank == 0:
             torch.save({k: v.detach().clone() for k, v in params.items()}, self.out / "params.pt")

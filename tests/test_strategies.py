@@ -60,6 +60,15 @@ def test_fsdp2_on_cpu_trains_like_ddp(two_process_runs, method):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("method", ["sft", "lisa", "vaccine", "repnoise"])
+def test_single_backward_safety_defenses_stay_in_step_under_ddp(two_process_runs, method):
+    rank0, rank1 = ranks(two_process_runs / f"safety_{method}_ddp")
+    assert rank0["step"] == rank1["step"] == 5
+    assert rank0["losses"] != rank1["losses"], "each rank trains on its own shard of the data"
+    assert rank0["param_sum_squares"] == pytest.approx(rank1["param_sum_squares"], rel=1e-12)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2_cpu"])
 def test_a_mid_epoch_checkpoint_on_two_processes_resumes_exactly(two_process_runs, strategy):
     run = two_process_runs / f"finetune_{strategy}"

@@ -30,9 +30,12 @@ class SafetyModule(CausalLMModule):
     """Base of the defenses (see the module docstring); arguments as :class:`~trustlit.CausalLMModule`'s.
 
     ``supported_strategies`` names the Lightning strategies (class names) a method runs under.
-    Methods that take several gradients per step (Panacea, Booster, Vaccine, BDS's scheduler)
-    assemble them by hand, outside DDP's gradient hooks, and run on one device; plain
-    fine-tuning (:class:`~trustlit.safety.SFT`) adds DDP.
+    Panacea and Booster assemble their update from several parameter gradients taken with
+    ``torch.autograd.grad``, outside DDP's all-reduce hooks (under DDP their replicas drift apart),
+    and BDS's scheduler is a second set of parameters with its own backward, which DDP's reducer
+    would see as unused in the model's backward: these run on one device. The single-backward
+    defenses (SFT, Lisa, Vaccine, RepNoise) add DDP; tests/test_strategies.py checks that their
+    replicas stay equal on two processes.
     """
 
     required_parts: ClassVar[tuple[str, ...]] = ("finetune",)

@@ -120,6 +120,7 @@ class Vaccine(SafetyModule):
     """
 
     required_parts = ("align",)
+    supported_strategies = ("SingleDeviceStrategy", "DDPStrategy")  # one backward per step
 
     def __init__(self, lm: CausalLMSpec | None = None, rho: float = 2.0, **kwargs: Any) -> None:
         check_non_negative(rho=rho)
@@ -234,6 +235,7 @@ class Lisa(SafetyModule):
     """
 
     required_parts = ("finetune", "align")
+    supported_strategies = ("SingleDeviceStrategy", "DDPStrategy")  # one backward per step
 
     def __init__(
         self,
@@ -345,6 +347,7 @@ class RepNoise(SafetyModule):
     """
 
     required_parts = ("align", "harmful")
+    supported_strategies = ("SingleDeviceStrategy", "DDPStrategy")  # one backward per step
 
     def __init__(self, lm: CausalLMSpec | None = None, alpha: float = 1.0, beta: float = 0.001, **kwargs: Any) -> None:
         check_non_negative(alpha=alpha, beta=beta)
