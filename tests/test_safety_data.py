@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trustlit.data.safety import HarmfulFineTuningDataModule, PartSampler, load_beavertails
-from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
+from trustlit.data.safety import HarmfulFineTuningDataModule, load_beavertails
+from trustlit.data.samplers import EpochSeededSampler, PartSampler, ResumableDataLoader
 from trustlit.data.secret_keeper import (
     CODE_PATTERN,
     FIRST_NAMES,

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from trustlit.data.qa import FICTITIOUS, EncodedQA, QACollator, QADataModule
 from trustlit.data.refusals import load_refusals
-from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
+from trustlit.data.samplers import PartSampler, ResumableDataLoader
 from trustlit.lm import encode_qa, resolve_prompt_format
 
 Encoder = Callable[[str, str], dict[str, list[int]]]
@@ -60,28 +60,23 @@ class ForgetRetainPairs(Dataset):
         return item
 
 
-class PairSampler(EpochSeededSampler):
+class PairSampler(PartSampler):
     """Yields ``(forget_index, retain_index, refusal_index)``: forget in a seeded order, retain and
     refusal (when ``num_refusals`` > 0, else 0) drawn per pair."""
 
     def __init__(self, num_forget: int, num_retain: int, seed: int, num_refusals: int = 0) -> None:
-        super().__init__(num_forget, seed)
-        self.num_retain = num_retain
+        super().__init__([num_forget, num_retain], seed)
         self.num_refusals = num_refusals
 
     def __iter__(self) -> Iterator[tuple[int, int, int]]:
         generator = self.generator()
-        forget_order = torch.randperm(self.num_samples, generator=generator)
-        cycles = -(-self.num_samples // self.num_retain)
-        retain_order = torch.cat([torch.randperm(self.num_retain, generator=generator) for _ in range(cycles)])
+        forget_order, retain_order = self.orders(generator)
         refusal = (
             torch.randint(self.num_refusals, (self.num_samples,), generator=generator)
             if self.num_refusals
             else torch.zeros(self.num_samples, dtype=torch.long)
         )
-        return iter(
-            zip(forget_order.tolist(), retain_order[: self.num_samples].tolist(), refusal.tolist(), strict=True)
-        )
+        return iter(zip(forget_order.tolist(), retain_order.tolist(), refusal.tolist(), strict=True))
 
 
 class PairCollator:

@@ -30,7 +30,7 @@ parts present, so that a method can refuse a source that lacks the part it needs
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal
@@ -41,7 +41,7 @@ from lightning.pytorch.utilities import move_data_to_device
 from torch.utils.data import DataLoader, Dataset
 
 from trustlit.data.qa import EncodedQA, QACollator, QADataModule, read_json_records
-from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
+from trustlit.data.samplers import PartSampler, ResumableDataLoader
 from trustlit.data.secret_keeper import SPLITS, check_mixture_args, secret_keeper_splits, split_record
 from trustlit.lm import PromptFormat
 from trustlit.metrics.safety import extract_final_answer
@@ -161,24 +161,6 @@ def directory_splits(
 
 
 # --------------------------------------------------------------------------- batches
-
-
-class PartSampler(EpochSeededSampler):
-    """Yields one index per part: the first part once per epoch in the order of
-    :class:`~trustlit.data.samplers.EpochSeededSampler`, each other part drawn alongside from fresh
-    permutations of its set, cycled when it is the smaller."""
-
-    def __init__(self, sizes: Sequence[int], seed: int) -> None:
-        super().__init__(sizes[0], seed)
-        self.sizes = list(sizes)
-
-    def __iter__(self) -> Iterator[tuple[int, ...]]:
-        generator = self.generator()
-        orders = [torch.randperm(self.num_samples, generator=generator)]
-        for size in self.sizes[1:]:
-            cycles = -(-self.num_samples // size)
-            orders.append(torch.cat([torch.randperm(size, generator=generator) for _ in range(cycles)]))
-        return iter(zip(*(order[: self.num_samples].tolist() for order in orders), strict=True))
 
 
 class PartsDataset(Dataset):

@@ -12,7 +12,7 @@ uninterrupted run would.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -42,6 +42,27 @@ class EpochSeededSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+class PartSampler(EpochSeededSampler):
+    """Yields one index per set: the first set once per epoch in the order of
+    :class:`EpochSeededSampler`, each other set drawn alongside from fresh permutations of itself,
+    cycled when it is the smaller (forget/retain pairs; the parts of a harmful fine-tuning batch)."""
+
+    def __init__(self, sizes: Sequence[int], seed: int) -> None:
+        super().__init__(sizes[0], seed)
+        self.sizes = list(sizes)
+
+    def orders(self, generator: torch.Generator) -> list[torch.Tensor]:
+        """One index tensor per set, each of the first set's length, drawn from ``generator``."""
+        orders = [torch.randperm(self.num_samples, generator=generator)]
+        for size in self.sizes[1:]:
+            cycles = -(-self.num_samples // size)
+            orders.append(torch.cat([torch.randperm(size, generator=generator) for _ in range(cycles)]))
+        return [order[: self.num_samples] for order in orders]
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        return iter(zip(*(order.tolist() for order in self.orders(self.generator())), strict=True))
 
 
 class ResumableDataLoader(DataLoader):
