@@ -190,3 +190,26 @@ def test_neural_scheduler_scores_held_out_harmful_samples_lower(trained_schedule
     benign = scores(datamodule.split_records("task_test"))
     assert harmful.mean() < benign.mean()
     assert (harmful.unsqueeze(1) < benign.unsqueeze(0)).float().mean() > 0.8  # AUROC of the raw scores
+
+
+def test_weights_histogram_and_summaries_reach_wandb(tmp_path, monkeypatch):
+    import wandb
+    from lightning.pytorch.loggers import WandbLogger
+
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_MODE", "offline")  # WandbLogger(offline=True) rewrites it; undone after the test
+    logger = WandbLogger(offline=True, save_dir=str(tmp_path))
+    logged: list[dict] = []
+    log = logger.experiment.log
+    monkeypatch.setattr(logger.experiment, "log", lambda data, **kw: (logged.append(data), log(data, **kw)))
+    module = BDS(TINY, scheduler_lr=0.2)
+    trainer = L.Trainer(
+        accelerator="cpu", max_epochs=1, logger=logger, enable_checkpointing=False, enable_progress_bar=False
+    )
+    trainer.fit(module, datamodule=secret_keeper(num_finetune=20, num_align=10, num_harmful=10, num_test=4))
+    logger.experiment.finish()
+    wandb.teardown()
+    histograms = [d["weights/histogram"] for d in logged if "weights/histogram" in d]
+    assert len(histograms) == 1 and isinstance(histograms[0], wandb.Histogram)
+    summaries = {key for d in logged for key in d}
+    assert {"weights/harmful_mean", "weights/benign_mean", "weights/auroc"} <= summaries
