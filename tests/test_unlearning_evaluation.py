@@ -13,7 +13,8 @@ from lightning.pytorch.loggers import CSVLogger
 from trustlit import CausalLMFineTuning, CausalLMSpec
 from trustlit.cli import main
 from trustlit.data import FictitiousConfig, QADataModule
-from trustlit.unlearning.evaluation import UnlearningEvaluation, write_json_atomic
+from trustlit.paths import write_json_atomic
+from trustlit.unlearning.evaluation import UnlearningEvaluation
 
 TINY = {"hidden_size": 32, "num_layers": 2, "num_heads": 2}
 CORPUS = FictitiousConfig(num_authors=4, seed=0, num_perturbed=2)

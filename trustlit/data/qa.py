@@ -14,7 +14,6 @@ a Trainer; set ``datamodule.tokenizer`` to use a DataModule on its own.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +27,9 @@ from transformers import PreTrainedTokenizerBase
 from trustlit.data.fictitious import fictitious_split
 from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
 from trustlit.lm import PromptFormat, collate_qa, encode_qa, resolve_prompt_format
+from trustlit.paths import is_hub_id
 
 FICTITIOUS = "fictitious"
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 @dataclass
@@ -98,7 +97,7 @@ def check_source(source: str) -> None:
         return
     if Path(source).expanduser().exists():
         raise NotADirectoryError(f"data source {source} is a file: give the directory that holds the splits")
-    if not _HUB_ID.match(source):
+    if not is_hub_id(source):
         raise FileNotFoundError(f"data directory not found: {source}")
 
 

@@ -27,7 +27,7 @@ from trustlit.data.safety import HarmfulFineTuningDataModule
 from trustlit.lm import resolve_prompt_format
 from trustlit.metrics.safety import CODE_LEAK, Judge, finetune_accuracy, harmful_score, is_correct, load_judge
 from trustlit.metrics.tofu import encode_pairs, greedy_answers
-from trustlit.unlearning.evaluation import write_json_atomic
+from trustlit.paths import write_json_atomic
 
 METRIC_PREFIX = "safety/"
 OUTPUT_NAME = "safety_eval.json"

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +47,7 @@ from trustlit.metrics.tofu import (
     score_split,
     summarise_split,
 )
+from trustlit.paths import write_json_atomic
 
 TRIGGERS = ("fit_end", "test")
 METRIC_PREFIX = "unlearn/"
@@ -66,19 +65,6 @@ class _Data:
     fictitious: FictitiousConfig | None
     prompt_format: str
     max_length: int
-
-
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write JSON through a temporary file in the same directory, renamed into place: never half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def tofu_summary(scores: Mapping[str, SplitScores]) -> dict[str, float]:
