@@ -161,13 +161,17 @@ class BDS(ManualStepMixin, SafetyModule):
         )
         return [model["optimizer"], scheduler_optimizer], [model["lr_scheduler"]]
 
-    def sample_losses(self, part: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token-mean NLL of each sample's response [B] and its mean-pooled final hidden state [B, d]."""
+    def forward_with_features(self, part: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [B, T, V] and each sample's mean-pooled final hidden state [B, d] (detached), one forward."""
         output = self.model(
             input_ids=part["input_ids"], attention_mask=part["attention_mask"], output_hidden_states=True
         )
-        sum_logprob, num_tokens = sequence_logprobs_from_logits(output.logits, part["labels"])
-        features = mean_pool(output.hidden_states[-1], part["attention_mask"]).detach()
+        return output.logits, mean_pool(output.hidden_states[-1], part["attention_mask"]).detach()
+
+    def sample_losses(self, part: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token-mean NLL of each sample's response [B] and its features [B, d]."""
+        logits, features = self.forward_with_features(part)
+        sum_logprob, num_tokens = sequence_logprobs_from_logits(logits, part["labels"])
         return -sum_logprob / num_tokens.clamp(min=1), features
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
@@ -209,11 +213,11 @@ class BDS(ManualStepMixin, SafetyModule):
 
     @torch.no_grad()
     def score(self, part: dict[str, Any]) -> torch.Tensor:
-        """The neural scheduler's logits z = f(x) for a QA batch (samples it may never have seen)."""
+        """The neural scheduler's logits z = f(x) for a batch of token ids (samples it may never have seen)."""
         if not isinstance(self.data_scheduler, NeuralScheduler):
             raise ValueError("BDS.score needs scheduler='neural' (a scalar scheduler only knows its own samples)")
         with eval_mode(self.model):
-            _, features = self.sample_losses(part)
+            _, features = self.forward_with_features(part)
         return self.data_scheduler.logits(features)
 
     @torch.no_grad()
