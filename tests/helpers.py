@@ -59,3 +59,21 @@ def safety_batch(tokenizer) -> dict:
         "align": qa_part(tokenizer, REFUSAL_PAIRS, harmful=False),
         "harmful": qa_part(tokenizer, HARMFUL_PAIRS, harmful=True),
     }
+
+
+class SafetyBatches(L.LightningDataModule):
+    """Hand-made training batches as a data module with the attributes the safety methods read:
+    ``available_parts`` and (for BDS) ``finetune_size``."""
+
+    def __init__(
+        self, batches: list[dict], finetune_size: int | None = None, parts=("finetune", "align", "harmful")
+    ) -> None:
+        super().__init__()
+        self.batches = batches
+        self.finetune_size = finetune_size
+        self.available_parts = set(parts)
+
+    def train_dataloader(self):
+        from torch.utils.data import DataLoader
+
+        return DataLoader(self.batches, batch_size=None)

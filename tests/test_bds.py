@@ -7,23 +7,12 @@ import math
 import lightning as L
 import pytest
 import torch
-from helpers import quiet_trainer, safety_batch
+from helpers import SafetyBatches, quiet_trainer, safety_batch
 
 from trustlit.safety.bds import BDS
 from trustlit.safety.updates import add_langevin_noise, negative_entropy, schedule_weights, weighted_finetune_loss
 
 TINY = {"name_or_path": "tiny-llama", "tiny": {"hidden_size": 32, "num_layers": 2, "num_heads": 2}}
-
-
-class Batches(L.LightningDataModule):
-    def __init__(self, batches: list[dict], finetune_size: int, parts=("finetune", "align", "harmful")) -> None:
-        super().__init__()
-        self.batches = batches
-        self.finetune_size = finetune_size
-        self.available_parts = set(parts)
-
-    def train_dataloader(self):
-        return torch.utils.data.DataLoader(self.batches, batch_size=None)
 
 
 def batches_over(tokenizer, num_samples: int, steps: int) -> list[dict]:
@@ -86,7 +75,7 @@ def test_weights_start_at_one_and_sum_to_n_after_every_step(tokenizer):
 
     module = BDS(TINY, lr=1e-3, scheduler_lr=0.5, langevin_temperature=0.01)
     trainer = quiet_trainer(max_steps=4, callbacks=[CheckWeights()])
-    trainer.fit(module, datamodule=Batches(batches_over(tokenizer, num_samples, 8), num_samples))
+    trainer.fit(module, datamodule=SafetyBatches(batches_over(tokenizer, num_samples, 8), num_samples))
     assert trainer.global_step == 4  # one step per batch: the scheduler's step is not counted
     assert module.hparams.num_samples == num_samples
     assert not torch.equal(module.all_weights(), torch.ones(num_samples))  # the scheduler moved
@@ -112,7 +101,7 @@ def test_scheduler_state_is_saved_with_the_checkpoint(tokenizer, tmp_path):
     trainer = L.Trainer(
         accelerator="cpu", max_steps=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False
     )
-    trainer.fit(module, datamodule=Batches(batches_over(tokenizer, 5, 2), 5))
+    trainer.fit(module, datamodule=SafetyBatches(batches_over(tokenizer, 5, 2), 5))
     path = tmp_path / "bds.ckpt"
     trainer.save_checkpoint(path)
     restored = BDS.load_from_checkpoint(path)
@@ -134,7 +123,7 @@ def test_alignment_set_missing_and_bad_hyperparameters(tokenizer):
     batch = safety_batch(tokenizer)
     del batch["align"]
     with pytest.raises(ValueError, match=r"\['align'\].*alignment set"):
-        quiet_trainer(max_steps=1).fit(BDS(TINY), datamodule=Batches([batch], 2, parts=("finetune", "harmful")))
+        quiet_trainer(max_steps=1).fit(BDS(TINY), datamodule=SafetyBatches([batch], 2, parts=("finetune", "harmful")))
     with pytest.raises(ValueError, match="scheduler must be 'scalar' or 'neural'"):
         BDS(TINY, scheduler="mlp")
     with pytest.raises(ValueError, match="langevin_temperature must be >= 0"):

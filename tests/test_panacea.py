@@ -5,7 +5,7 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from helpers import quiet_trainer, safety_batch
+from helpers import SafetyBatches, quiet_trainer, safety_batch
 from torch import nn
 
 from trustlit.safety.panacea import ApplyPanaceaPerturbation, Panacea, panacea_step
@@ -70,16 +70,6 @@ def test_perturbation_norm_direction_and_weights_restored(tokenizer):
     assert all(torch.equal(b, p) for b, p in zip(before, module.model.parameters(), strict=True))
 
 
-class Batches(L.LightningDataModule):
-    def __init__(self, batches: list[dict], parts=("finetune", "align", "harmful")) -> None:
-        super().__init__()
-        self.batches = batches
-        self.available_parts = set(parts)
-
-    def train_dataloader(self):
-        return torch.utils.data.DataLoader(self.batches, batch_size=None)
-
-
 class RecordLastStep(L.Callback):
     """Keeps the weights and eps after the last training step, before train end."""
 
@@ -97,7 +87,9 @@ def test_zero_lr_step_leaves_weights_bit_identical(tokenizer):
 
     module = Panacea(TINY, rho=1.0, lam=0.5)
     before = [p.detach().clone() for p in module.model.parameters()]
-    quiet_trainer(max_steps=2, callbacks=[ZeroLR()]).fit(module, datamodule=Batches([safety_batch(tokenizer)] * 2))
+    quiet_trainer(max_steps=2, callbacks=[ZeroLR()]).fit(
+        module, datamodule=SafetyBatches([safety_batch(tokenizer)] * 2)
+    )
     assert module.perturbation is not None
     assert all(torch.equal(b, p) for b, p in zip(before, module.model.parameters(), strict=True))
 
@@ -109,7 +101,7 @@ def test_lambda_zero_is_sft(tokenizer):
     results = []
     for module in (Panacea(TINY, lam=0.0, lr=1e-3), SFT(TINY, lr=1e-3)):
         L.seed_everything(0)
-        quiet_trainer(max_steps=3).fit(module, datamodule=Batches(batches))
+        quiet_trainer(max_steps=3).fit(module, datamodule=SafetyBatches(batches))
         results.append([p.detach() for p in module.model.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
 
@@ -128,7 +120,7 @@ def test_final_model_is_last_weights_plus_last_eps(tokenizer, tmp_path):
         enable_model_summary=False,
         callbacks=[record, ApplyPanaceaPerturbation(), L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path)],
     )
-    trainer.fit(module, datamodule=Batches([safety_batch(tokenizer)] * 3))
+    trainer.fit(module, datamodule=SafetyBatches([safety_batch(tokenizer)] * 3))
     final = module.trainable_parameters()
     for p, w, e in zip(final, record.weights, record.perturbation, strict=True):
         torch.testing.assert_close(p.detach(), w + e, rtol=0, atol=0)
@@ -143,7 +135,7 @@ def test_missing_harmful_set_and_bad_hyperparameters(tokenizer):
     batch = safety_batch(tokenizer)
     del batch["harmful"]
     with pytest.raises(ValueError, match=r"'harmful'.*separate harmful set"):
-        quiet_trainer(max_steps=1).fit(Panacea(TINY), datamodule=Batches([batch], parts=("finetune", "align")))
+        quiet_trainer(max_steps=1).fit(Panacea(TINY), datamodule=SafetyBatches([batch], parts=("finetune", "align")))
     with pytest.raises(ValueError, match="rho must be >= 0"):
         Panacea(TINY, rho=-1.0)
     with pytest.raises(ValueError, match="harmful_clamp must be positive"):
