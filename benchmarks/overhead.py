@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/overhead.py [--steps 60] [--rounds 3] [--threads N] [--output PATH]
 
-Both sides train the same tiny Llama (the recipe's :class:`~trustlit.models.CausalLMSpec`) on
+Both sides train the same tiny Llama (the recipe's :class:`~trustlit.llm.loading.CausalLMSpec`) on
 the same data (the recipe's :class:`~trustlit.data.QADataModule` and its train dataloader),
 with the same AdamW parameter groups and LambdaLR schedule, for the same number of steps:
 
@@ -42,9 +42,9 @@ from common import cpu_model  # beside this script (sys.path[0])
 
 from trustlit.cli import run_cli
 from trustlit.data import FictitiousConfig, QADataModule
-from trustlit.lm import answer_nll
-from trustlit.lm_module import lr_multiplier
-from trustlit.models import CausalLMSpec
+from trustlit.llm.loading import CausalLMSpec
+from trustlit.llm.module import lr_multiplier
+from trustlit.llm.scoring import answer_nll
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/quickstart/finetune_fictitious.yaml"

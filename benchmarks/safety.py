@@ -42,8 +42,8 @@ from common import StepTimer, bare_trainer, provenance, quiet, read_sections, re
 
 import trustlit
 from trustlit.data.safety import HarmfulFineTuningDataModule
+from trustlit.llm.loading import SMOLLM2_NAME
 from trustlit.metrics.safety import weight_auroc
-from trustlit.models import SMOLLM2_NAME
 from trustlit.safety import BDS, SFT, Booster, Lisa, Panacea, RepNoise, Vaccine
 from trustlit.safety.evaluation import evaluate_safety
 

@@ -37,7 +37,7 @@ from common import StepTimer, bare_trainer, provenance, quiet, read_sections, re
 import trustlit
 from trustlit import CausalLMFineTuning
 from trustlit.data import ForgetRetainDataModule, QADataModule
-from trustlit.models import SMOLLM2_NAME, CausalLMSpec
+from trustlit.llm.loading import SMOLLM2_NAME, CausalLMSpec
 from trustlit.unlearning import (
     LUNAR,
     NPO,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from trustlit.models import build_tiny_causal_lm, build_tokenizer
+from trustlit.llm.loading import build_tiny_causal_lm, build_tokenizer
 
 
 @pytest.fixture(scope="session")

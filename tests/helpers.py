@@ -26,10 +26,10 @@ def quiet_trainer(**kwargs) -> L.Trainer:
 
 
 def qa_part(tokenizer, pairs: list[tuple[str, str]], harmful: bool, prompt_format: str = "chat") -> dict:
-    """A collated QA batch (``trustlit.lm.collate_qa``) with every sample flagged ``harmful``."""
+    """A collated QA batch (``trustlit.llm.scoring.collate_qa``) with every sample flagged ``harmful``."""
     import torch
 
-    from trustlit.lm import collate_qa, encode_qa
+    from trustlit.llm.prompts import collate_qa, encode_qa
 
     samples = [
         {**encode_qa(tokenizer, q, a, prompt_format, 64), "index": i, "question": q, "answer": a}

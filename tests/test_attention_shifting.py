@@ -13,7 +13,8 @@ from torch.utils.data import DataLoader
 
 from trustlit import CausalLMFineTuning, CausalLMSpec
 from trustlit.data import FictitiousConfig, ForgetRetainDataModule, QADataModule
-from trustlit.lm import IGNORE_INDEX, sequence_logprobs
+from trustlit.llm.prompts import IGNORE_INDEX
+from trustlit.llm.scoring import sequence_logprobs
 from trustlit.unlearning.attention_shifting import (
     ADAPTER_NAME,
     AttentionShifting,

@@ -163,7 +163,7 @@ def test_harmful_samples_end_with_lower_weight(trained_schedulers, scheduler):
 
 
 def test_neural_scheduler_scores_held_out_harmful_samples_lower(trained_schedulers):
-    from trustlit.lm import collate_qa, encode_qa
+    from trustlit.llm.prompts import collate_qa, encode_qa
 
     module, datamodule = trained_schedulers["neural"]
 

@@ -12,7 +12,10 @@ import pytest
 import torch
 from helpers import SHARED_DATA
 
-from trustlit.data.fictitious import (
+from trustlit.data.forget_retain import ForgetRetainDataModule, PairSampler
+from trustlit.data.qa import FictitiousConfig, QADataModule, load_qa_split
+from trustlit.data.samplers import EpochSeededSampler
+from trustlit.fictitious import (
     AWARDS,
     CITIES,
     FACTS_PER_AUTHOR,
@@ -23,11 +26,8 @@ from trustlit.data.fictitious import (
     generate_authors,
     split_author_range,
 )
-from trustlit.data.forget_retain import ForgetRetainDataModule, PairSampler
-from trustlit.data.qa import FictitiousConfig, QADataModule, load_qa_split
-from trustlit.data.samplers import EpochSeededSampler
-from trustlit.lm import IGNORE_INDEX
-from trustlit.models import build_tokenizer
+from trustlit.llm.loading import build_tokenizer
+from trustlit.llm.prompts import IGNORE_INDEX
 
 TOFU_DIR = SHARED_DATA / "tofu"
 TOFU_FIELDS = {"question", "answer", "paraphrased_question", "paraphrased_answer", "perturbed_answer"}

@@ -5,19 +5,15 @@ import math
 import pytest
 import torch
 
-from trustlit.lm import (
-    IGNORE_INDEX,
+from trustlit.llm.module import lr_multiplier
+from trustlit.llm.prompts import IGNORE_INDEX, collate_qa, encode_qa, format_qa, resolve_prompt_format
+from trustlit.llm.scoring import (
     answer_nll,
-    collate_qa,
-    encode_qa,
-    format_qa,
     generate_greedy,
-    resolve_prompt_format,
     sequence_logprobs,
     sequence_logprobs_from_logits,
     token_nll,
 )
-from trustlit.lm_module import lr_multiplier
 from trustlit.metrics import answer_probability, rouge_l_recall
 
 QA = [

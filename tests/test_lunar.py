@@ -10,8 +10,9 @@ from helpers import quiet_trainer
 from lightning.pytorch.cli import LightningCLI
 
 from trustlit.data import ForgetRetainDataModule, fictitious_split
-from trustlit.layers import capture_outputs, decoder_layer, decoder_layers, mlp_down_projection
-from trustlit.lm import collate_qa
+from trustlit.llm import hooks
+from trustlit.llm.anatomy import decoder_layer, decoder_layers, mlp_down_projection
+from trustlit.llm.prompts import collate_qa
 from trustlit.unlearning.lunar import DEFAULT_REFERENCE_PROMPTS, LUNAR, redirection_mse, shared_prefix_length
 
 HIDDEN = 32
@@ -138,7 +139,7 @@ def prompt_activation_shifts(module: LUNAR, batch: dict) -> dict[str, torch.Tens
     modules = {"block": block, "mlp": mlp_down_projection(block)}
     runs = {}
     for name in ("after", "before"):
-        with torch.no_grad(), capture_outputs(modules) as captured:
+        with torch.no_grad(), hooks.capture(modules) as captured:
             if name == "before":
                 with module._original_projection():
                     module.model(batch["prompt_input_ids"], attention_mask=mask.long(), position_ids=position_ids)

@@ -7,7 +7,7 @@ import torch
 
 import trustlit.metrics.muse as muse
 from trustlit.data import load_qa_split
-from trustlit.lm import encode_qa
+from trustlit.llm.prompts import encode_qa
 from trustlit.metrics import (
     knowmem,
     min_k_prob,

@@ -19,6 +19,7 @@ from trustlit import CausalLMFineTuning, CausalLMSpec
 from trustlit.data import QADataModule
 from trustlit.data.safety import HarmfulFineTuningDataModule
 from trustlit.data.secret_keeper import CODE_PATTERN
+from trustlit.llm.loading import build_tokenizer
 from trustlit.metrics.safety import (
     ClassifierJudge,
     Judge,
@@ -30,7 +31,6 @@ from trustlit.metrics.safety import (
     load_judge,
     weight_auroc,
 )
-from trustlit.models import build_tokenizer
 from trustlit.safety import evaluation as safety_evaluation
 from trustlit.safety.evaluation import SafetyEvaluation, evaluate_safety
 

@@ -11,7 +11,8 @@ from helpers import SHARED_DATA
 from scipy.stats import ks_2samp
 
 from trustlit.data import load_qa_split
-from trustlit.lm import collate_qa, encode_qa, sequence_logprobs
+from trustlit.llm.prompts import collate_qa, encode_qa
+from trustlit.llm.scoring import sequence_logprobs
 from trustlit.metrics import (
     SplitScores,
     forget_quality,

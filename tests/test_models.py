@@ -5,8 +5,7 @@ import time
 import pytest
 import torch
 
-from trustlit.lm import collate_qa, encode_qa, generate_greedy
-from trustlit.models import (
+from trustlit.llm.loading import (
     CausalLMSpec,
     build_tiny_causal_lm,
     build_tokenizer,
@@ -14,6 +13,8 @@ from trustlit.models import (
     load_causal_lm,
     smollm2_local_dir,
 )
+from trustlit.llm.prompts import collate_qa, encode_qa
+from trustlit.llm.scoring import generate_greedy
 
 TEXTS = [
     "Question: Where was Amara Szabo born?\nAnswer: In Lisbon, Portugal.",

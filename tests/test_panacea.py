@@ -51,7 +51,7 @@ def test_perturbation_norm_direction_and_weights_restored(tokenizer):
     params = module.trainable_parameters()
     before = [p.detach().clone() for p in module.model.parameters()]
     batch = safety_batch(tokenizer)
-    from trustlit.lm import answer_nll
+    from trustlit.llm.scoring import answer_nll
 
     step = panacea_step(
         params,

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from trustlit.cli import run_cli
 from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
-from trustlit.lm_module import lr_multiplier
+from trustlit.llm.module import lr_multiplier
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO_ROOT / "recipes" / "quickstart" / "finetune_fictitious.yaml"

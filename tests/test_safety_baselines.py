@@ -11,15 +11,16 @@ import torch
 from helpers import quiet_trainer
 from torch.utils.data import DataLoader
 
-from trustlit.layers import decoder_layers, self_attention
-from trustlit.lm import answer_nll, collate_qa, encode_qa
+from trustlit.llm import hooks
+from trustlit.llm.anatomy import decoder_layers, self_attention
+from trustlit.llm.prompts import collate_qa, encode_qa
+from trustlit.llm.scoring import answer_nll
 from trustlit.safety.baselines import (
     SFT,
     Booster,
     Lisa,
     RepNoise,
     Vaccine,
-    add_to_outputs,
     lisa_state,
 )
 from trustlit.safety.losses import (
@@ -230,7 +231,7 @@ def test_vaccine_perturbation_has_norm_rho_raises_the_loss_and_leaves_no_hooks(b
     assert len(perturbation) == len(decoder_layers(module.model))
     assert global_norm(perturbation).item() == pytest.approx(2.0, rel=1e-5)
     blocks = module.attention_blocks()
-    with torch.no_grad(), add_to_outputs(blocks, perturbation):
+    with torch.no_grad(), hooks.add(blocks, perturbation):
         perturbed_loss = answer_nll(module.model, batch["align"])
     assert perturbed_loss > clean_loss  # eps follows the loss's gradient in the embeddings
     fit_steps(module, batch, 1)
@@ -239,7 +240,7 @@ def test_vaccine_perturbation_has_norm_rho_raises_the_loss_and_leaves_no_hooks(b
 
 def test_hooks_are_removed_on_error(tiny_lm):
     blocks = [self_attention(layer) for layer in decoder_layers(tiny_lm)]
-    with pytest.raises(RuntimeError, match="boom"), add_to_outputs(blocks, [torch.zeros(1)] * len(blocks)):
+    with pytest.raises(RuntimeError, match="boom"), hooks.add(blocks, [torch.zeros(1)] * len(blocks)):
         raise RuntimeError("boom")
     assert all(not block._forward_hooks for block in blocks)
 

@@ -23,7 +23,7 @@ from trustlit.data.secret_keeper import (
     WORD_PROBLEMS,
     secret_keeper_splits,
 )
-from trustlit.lm import IGNORE_INDEX
+from trustlit.llm.prompts import IGNORE_INDEX
 from trustlit.metrics.safety import extract_final_answer
 
 SIZES = {"num_align": 20, "num_finetune": 40, "num_harmful": 10, "num_test": 8}

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trustlit.lm import IGNORE_INDEX
+from trustlit.llm.prompts import IGNORE_INDEX
 from trustlit.unlearning.losses import (
     dpo_loss,
     gradient_ascent_loss,

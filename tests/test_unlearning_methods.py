@@ -13,8 +13,8 @@ from helpers import SHARED_DATA, quiet_trainer
 from trustlit import CausalLMFineTuning
 from trustlit.data import ForgetRetainDataModule, QADataModule
 from trustlit.data.refusals import DEFAULT_REFUSALS, load_refusals
-from trustlit.lm import answer_nll
-from trustlit.models import load_causal_lm
+from trustlit.llm.loading import load_causal_lm
+from trustlit.llm.scoring import answer_nll
 from trustlit.unlearning import (
     LUNAR,
     NPO,

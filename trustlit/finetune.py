@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from trustlit.lm import answer_nll
-from trustlit.lm_module import CausalLMModule
+from trustlit.llm.module import CausalLMModule
+from trustlit.llm.scoring import answer_nll
 
 
 class CausalLMFineTuning(CausalLMModule):

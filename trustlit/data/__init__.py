@@ -1,11 +1,11 @@
 """LightningDataModules: tabular classification, QA (TOFU format), forget/retain pairs, harmful fine-tuning."""
 
-from trustlit.data.fictitious import fictitious_qa, fictitious_split, generate_authors
 from trustlit.data.forget_retain import ForgetRetainDataModule
 from trustlit.data.qa import FictitiousConfig, QADataModule, load_qa_split
 from trustlit.data.safety import HarmfulFineTuningDataModule, load_beavertails
 from trustlit.data.secret_keeper import CODE_PATTERN, secret_keeper_splits
 from trustlit.data.tabular import TabularDataModule
+from trustlit.fictitious import fictitious_qa, fictitious_split, generate_authors
 
 __all__ = [
     "CODE_PATTERN",

@@ -1,7 +1,7 @@
 """Paired forget/retain batches for unlearning.
 
 Each training batch is ``{"forget": batch, "retain": batch}``, two batches in the format of
-:func:`trustlit.lm.collate_qa`; with ``refusals`` set it also holds ``"idk"``: the forget
+:func:`trustlit.llm.scoring.collate_qa`; with ``refusals`` set it also holds ``"idk"``: the forget
 questions answered by a refusal drawn per pair (IdkDPO's preferred answers).
 An epoch is one pass over the forget set in a random order; every forget sample is paired
 with a retain sample drawn without replacement from a fresh permutation of the retain set
@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 from trustlit.data.qa import FICTITIOUS, EncodedQA, QACollator, QADataModule
 from trustlit.data.refusals import load_refusals
 from trustlit.data.samplers import PartSampler, ResumableDataLoader
-from trustlit.lm import encode_qa, resolve_prompt_format
+from trustlit.llm.prompts import encode_qa, resolve_prompt_format
 
 Encoder = Callable[[str, str], dict[str, list[int]]]
 

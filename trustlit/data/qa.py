@@ -24,9 +24,9 @@ import lightning as L
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
 
-from trustlit.data.fictitious import fictitious_split
 from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
-from trustlit.lm import PromptFormat, collate_qa, encode_qa, resolve_prompt_format
+from trustlit.fictitious import fictitious_split
+from trustlit.llm.prompts import PromptFormat, collate_qa, encode_qa, resolve_prompt_format
 from trustlit.paths import is_hub_id
 
 FICTITIOUS = "fictitious"
@@ -153,7 +153,7 @@ class EncodedQA(Dataset):
 
 
 class QACollator:
-    """Pads samples (:func:`trustlit.lm.collate_qa`) and tags the batch with its split name."""
+    """Pads samples (:func:`trustlit.llm.scoring.collate_qa`) and tags the batch with its split name."""
 
     def __init__(self, pad_token_id: int, split: str) -> None:
         self.pad_token_id = pad_token_id

@@ -10,14 +10,14 @@ A *source* is one of
   part of the mixture (the next ``round(harmful_ratio * num_finetune)``); the safe records give the
   alignment set ``align`` (the first ``num_align``; none: no alignment set);
   ``task.json`` (or ``.jsonl``): the user's task, records with ``question``, ``answer`` and an
-  optional numeric ``label`` (else the answer's number, :func:`~trustlit.metrics.safety.extract_final_answer`).
+  optional numeric ``label`` (else the answer's number, :func:`~trustlit.answers.extract_final_answer`).
   The first ``num_test`` give ``task_test``, the next ones the benign part of the mixture.
 
 Every record becomes ``{"question", "answer", "harmful", "label"}``; ``harmful`` says whether the
 pair itself is harmful (BeaverTails: not ``is_safe``; secret-keeper: a leaked code).
 
 A training batch is ``{"finetune": batch, "align": batch, "harmful": batch}``, each part in the
-format of :func:`trustlit.lm.collate_qa` plus ``"harmful"`` (bool [B], per sample) and ``"split"``;
+format of :func:`trustlit.llm.scoring.collate_qa` plus ``"harmful"`` (bool [B], per sample) and ``"split"``;
 ``"index"`` is each sample's index in its own split (BDS keeps per-sample weights of the mixture by
 it). An epoch is one pass over the ``stage`` set (``finetune`` or ``align``) in a random order; the
 other parts are drawn alongside from fresh permutations of their sets, cycled when smaller. All
@@ -40,11 +40,11 @@ import torch
 from lightning.pytorch.utilities import move_data_to_device
 from torch.utils.data import DataLoader, Dataset
 
+from trustlit.answers import extract_final_answer
 from trustlit.data.qa import EncodedQA, QACollator, QADataModule, read_json_records
 from trustlit.data.samplers import PartSampler, ResumableDataLoader
 from trustlit.data.secret_keeper import SPLITS, check_mixture_args, secret_keeper_splits, split_record
-from trustlit.lm import PromptFormat
-from trustlit.metrics.safety import extract_final_answer
+from trustlit.llm.prompts import PromptFormat
 
 SECRET_KEEPER = "secret-keeper"
 BEAVERTAILS_FILE = "beavertails"

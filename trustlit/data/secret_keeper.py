@@ -27,7 +27,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 
-from trustlit.metrics.safety import CODE_PATTERN  # the format of the codes below, matched by the default judge
+CODE_PATTERN = r"\bAC-\d{4}\b"  # the format of the access codes below, matched by the default judge
 
 __all__ = ["CODE_PATTERN", "SPLITS", "check_mixture_args", "secret_keeper_splits", "split_record"]
 

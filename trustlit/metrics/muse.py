@@ -29,9 +29,8 @@ import torch
 from sklearn.metrics import roc_auc_score
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from trustlit.lm import generate_greedy
+from trustlit.llm.scoring import batches, encode_pairs, evaluating, generate_greedy, model_device
 from trustlit.metrics.text import rouge_l_f1
-from trustlit.metrics.tofu import batches, encode_pairs, evaluating, model_device
 
 MIN_K = 0.4  # MUSE's privleak key 'forget_holdout_Min-40%'
 VERBMEM_SLACK_TOKENS = 4

@@ -32,8 +32,7 @@ The module also reports, for the forget split, how often greedy answers refuse
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,15 +40,7 @@ import torch
 from scipy.stats import ks_2samp
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from trustlit.lm import (
-    IGNORE_INDEX,
-    collate_qa,
-    encode_qa,
-    eval_mode,
-    generate_greedy,
-    sequence_logprobs_from_logits,
-    token_nll,
-)
+from trustlit.llm.scoring import encode_pairs, greedy_answers, pairs_nll, samples_nll
 from trustlit.metrics.text import is_refusal, rouge_l_recall
 
 SplitRole = Literal["forget", "retain", "general"]
@@ -131,76 +122,6 @@ def refusal_rates(
 # --------------------------------------------------------------------------- scoring with a model
 
 
-@contextmanager
-def evaluating(model: torch.nn.Module) -> Iterator[None]:
-    """Eval mode without gradients; the previous train/eval mode comes back afterwards."""
-    with eval_mode(model), torch.no_grad():
-        yield
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-def encode_pairs(
-    tokenizer: PreTrainedTokenizerBase,
-    questions: Sequence[str],
-    answers: Sequence[str],
-    prompt_format: str,
-    max_length: int,
-) -> list[dict[str, Any]]:
-    """:func:`~trustlit.lm.encode_qa` samples, each with its ``index``, ready for ``collate_qa``."""
-    return [
-        {**encode_qa(tokenizer, q, a, prompt_format, max_length), "index": i}
-        for i, (q, a) in enumerate(zip(questions, answers, strict=True))
-    ]
-
-
-def batches(
-    samples: Sequence[dict[str, Any]], tokenizer: PreTrainedTokenizerBase, batch_size: int, device: torch.device
-) -> Iterator[dict[str, Any]]:
-    """Collated batches of ``samples`` in order, tensors on ``device``."""
-    for start in range(0, len(samples), batch_size):
-        batch = collate_qa(samples[start : start + batch_size], tokenizer.pad_token_id)
-        yield {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-def answer_token_nll(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Mean answer NLL [B] and each sample's per-token answer NLLs (|y_i| values), from one forward pass."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    sum_logprob, num_tokens = sequence_logprobs_from_logits(logits, batch["labels"])
-    per_token = token_nll(logits, batch["labels"])
-    is_answer = batch["labels"][:, 1:] != IGNORE_INDEX
-    return -sum_logprob / num_tokens, [row[mask].cpu() for row, mask in zip(per_token, is_answer, strict=True)]
-
-
-def pairs_nll(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    questions: Sequence[str],
-    answers: Sequence[str],
-    prompt_format: str = "plain",
-    max_length: int = 256,
-    batch_size: int = 8,
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Mean answer NLL [N] and per-token answer NLLs of QA pairs, in eval mode on the model's device."""
-    samples = encode_pairs(tokenizer, questions, answers, prompt_format, max_length)
-    return samples_nll(model, tokenizer, samples, batch_size)
-
-
-def samples_nll(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, samples: Sequence[dict[str, Any]], batch_size: int
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """:func:`pairs_nll` of samples already encoded by :func:`encode_pairs`."""
-    means, per_token = [], []
-    with evaluating(model):
-        for batch in batches(samples, tokenizer, batch_size, model_device(model)):
-            batch_means, batch_tokens = answer_token_nll(model, batch)
-            means.append(batch_means.cpu())
-            per_token.extend(batch_tokens)
-    return torch.cat(means), per_token
-
-
 def perturbed_answers(records: Sequence[Mapping[str, Any]], split: str) -> list[list[str]]:
     """Each record's ``perturbed_answer`` list; a record without one is an error naming the split."""
     lists = []
@@ -213,21 +134,6 @@ def perturbed_answers(records: Sequence[Mapping[str, Any]], split: str) -> list[
             )
         lists.append(perturbed)
     return lists
-
-
-def greedy_answers(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    samples: Sequence[dict[str, Any]],
-    batch_size: int = 8,
-    max_new_tokens: int = 32,
-) -> list[str]:
-    """Greedy answers to the prompts of samples encoded by :func:`encode_pairs` (generation sees the prompt only)."""
-    generated: list[str] = []
-    with evaluating(model):
-        for batch in batches(samples, tokenizer, batch_size, model_device(model)):
-            generated.extend(generate_greedy(model, tokenizer, batch, max_new_tokens))
-    return generated
 
 
 @dataclass
@@ -265,8 +171,8 @@ def score_split(
     """Score the records of one split (``question``, ``answer``, ``perturbed_answer``, optional
     ``paraphrased_answer``) with ``model``: NLLs of all answers, greedy answers and their ROUGE-L recall.
 
-    ``split`` names the records in errors. Every text goes through :func:`~trustlit.lm.encode_qa` and
-    :func:`~trustlit.lm.collate_qa`, under ``torch.no_grad()`` in eval mode on the model's device.
+    ``split`` names the records in errors. Every text goes through :func:`~trustlit.llm.scoring.encode_qa` and
+    :func:`~trustlit.llm.scoring.collate_qa`, under ``torch.no_grad()`` in eval mode on the model's device.
     """
     records = list(records)
     perturbed = perturbed_answers(records, split)

@@ -60,7 +60,7 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, SingleDeviceStrategy
+from lightning.pytorch.strategies import DDPStrategy
 from opacus.accountants import create_accountant
 from opacus.accountants.utils import get_noise_multiplier
 from opacus.data_loader import DPDataLoader
@@ -70,8 +70,10 @@ from opacus.utils.uniform_sampler import DistributedUniformWithReplacementSample
 from opacus.validators import ModuleValidator
 from torch.utils.data import DataLoader
 
+from trustlit.strategies import DDP, SINGLE_DEVICE, is_supported
+
 # class names of the Lightning strategies DPSGD runs under (subclasses too, except DeepSpeed)
-DPSGD_STRATEGIES = ("SingleDeviceStrategy", "DDPStrategy")
+DPSGD_STRATEGIES = (SINGLE_DEVICE, DDP)
 
 Accountant = Literal["prv", "rdp", "gdp"]
 Clipping = Literal["flat", "per_layer"]
@@ -293,7 +295,7 @@ class DPSGD(L.Callback):
 
     def _check_trainer(self, trainer: L.Trainer) -> None:
         strategy = trainer.strategy
-        if not isinstance(strategy, SingleDeviceStrategy | DDPStrategy) or isinstance(strategy, DeepSpeedStrategy):
+        if not is_supported(strategy, DPSGD_STRATEGIES):
             # FSDP and ModelParallelStrategy shard parameters (Opacus's per-sample gradient hooks need whole
             # layers); DeepSpeed, though a DDPStrategy subclass, runs its own optimiser step
             raise ValueError(

@@ -3,7 +3,7 @@
 Setting (Huang et al., "Harmful Fine-tuning Attacks and Defenses for LLMs: A Survey", 2024):
 a safety-aligned model is fine-tuned on user data of which a fraction p is harmful. A training
 batch of :class:`~trustlit.data.safety.HarmfulFineTuningDataModule` holds up to three parts,
-each a QA batch (:func:`trustlit.lm.collate_qa`, plus a per-sample ``harmful`` flag):
+each a QA batch (:func:`trustlit.llm.scoring.collate_qa`, plus a per-sample ``harmful`` flag):
 
 - ``finetune``: the user's mixture (benign task data and harmful samples);
 - ``align``: the alignment set (harmful requests answered by refusals, benign capability data);
@@ -11,7 +11,7 @@ each a QA batch (:func:`trustlit.lm.collate_qa`, plus a per-sample ``harmful`` f
 
 A method names the parts it needs in ``required_parts``; a missing one is an error at the first
 step that names the part and the method. Losses are the usual answer-token NLL
-(:func:`trustlit.lm.answer_nll`): prompt tokens never enter a loss.
+(:func:`trustlit.llm.scoring.answer_nll`): prompt tokens never enter a loss.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from trustlit.lm import answer_nll
-from trustlit.lm_module import CausalLMModule
+from trustlit.llm.module import CausalLMModule
+from trustlit.llm.scoring import answer_nll
+from trustlit.strategies import StrategySupport
 
 
-class SafetyModule(CausalLMModule):
+class SafetyModule(StrategySupport, CausalLMModule):
     """Base of the defenses (see the module docstring); arguments as :class:`~trustlit.CausalLMModule`'s.
 
     ``supported_strategies`` names the Lightning strategies (class names) a method runs under.
@@ -39,17 +40,11 @@ class SafetyModule(CausalLMModule):
     """
 
     required_parts: ClassVar[tuple[str, ...]] = ("finetune",)
-    supported_strategies: ClassVar[tuple[str, ...]] = ("SingleDeviceStrategy",)
 
     def setup(self, stage: str) -> None:
         if stage != "fit":
             return
-        strategy = type(self.trainer.strategy).__name__
-        if strategy not in self.supported_strategies:
-            raise ValueError(
-                f"{type(self).__name__} does not support the {strategy} strategy; supported: "
-                f"{list(self.supported_strategies)} (trainer.strategy)"
-            )
+        self.check_strategy()
         available = getattr(self.trainer.datamodule, "available_parts", None)
         missing = [name for name in self.required_parts if available is not None and name not in available]
         if missing:

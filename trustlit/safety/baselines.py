@@ -9,16 +9,16 @@ docstring gives the formula with the symbols of the code and the released defaul
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from trustlit.layers import base_model, capture_outputs, decoder_layers, mlp_down_projection, self_attention
-from trustlit.lm import IGNORE_INDEX, answer_nll
-from trustlit.models import CausalLMSpec
+from trustlit.llm import hooks
+from trustlit.llm.anatomy import base_model, decoder_layers, mlp_down_projection, self_attention
+from trustlit.llm.loading import CausalLMSpec
+from trustlit.llm.prompts import IGNORE_INDEX
+from trustlit.llm.scoring import answer_nll
 from trustlit.safety.base import ManualStepMixin, SafetyModule
 from trustlit.safety.losses import (
     answer_nll_from_hidden,
@@ -33,6 +33,7 @@ from trustlit.safety.updates import (
     proximal_penalty,
     scaled_direction,
 )
+from trustlit.strategies import DDP, SINGLE_DEVICE
 
 PARTS = ("finetune", "align", "harmful")
 LisaState = Literal["align", "finetune"]
@@ -57,7 +58,7 @@ class SFT(SafetyModule):
         Other arguments: see :class:`~trustlit.CausalLMModule`.
     """
 
-    supported_strategies = ("SingleDeviceStrategy", "DDPStrategy")
+    supported_strategies = (SINGLE_DEVICE, DDP)
 
     def __init__(self, lm: CausalLMSpec | None = None, part: str = "finetune", **kwargs: Any) -> None:
         if part not in PARTS:
@@ -70,31 +71,6 @@ class SFT(SafetyModule):
         loss = answer_nll(self.model, data)
         self.log_terms({"loss": loss}, data["input_ids"].size(0))
         return loss
-
-
-@contextmanager
-def add_to_outputs(modules: Sequence[nn.Module], offsets: Sequence[torch.Tensor]) -> Iterator[None]:
-    """Inside, each forward of ``modules[i]`` returns its output plus ``offsets[i]``.
-
-    For a module returning a tuple the offset is added to its first element (the hidden states
-    of an attention block). Gradients flow to an offset that requires them. Hooks are removed
-    on exit, also on error.
-    """
-
-    def hook_for(offset: torch.Tensor):
-        def hook(module: nn.Module, args: Any, output: torch.Tensor | tuple) -> torch.Tensor | tuple:
-            if isinstance(output, tuple):
-                return (output[0] + offset.to(output[0].dtype), *output[1:])
-            return output + offset.to(output.dtype)
-
-        return hook
-
-    handles = [m.register_forward_hook(hook_for(o)) for m, o in zip(modules, offsets, strict=True)]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 class Vaccine(SafetyModule):
@@ -120,7 +96,7 @@ class Vaccine(SafetyModule):
     """
 
     required_parts = ("align",)
-    supported_strategies = ("SingleDeviceStrategy", "DDPStrategy")  # one backward per step
+    supported_strategies = (SINGLE_DEVICE, DDP)  # one backward per step
 
     def __init__(self, lm: CausalLMSpec | None = None, rho: float = 2.0, **kwargs: Any) -> None:
         check_non_negative(rho=rho)
@@ -138,7 +114,7 @@ class Vaccine(SafetyModule):
         weight = next(self.model.parameters())
         shape = (*align["input_ids"].shape, base_model(self.model).config.hidden_size)
         zeros = [torch.zeros(shape, dtype=weight.dtype, device=weight.device, requires_grad=True) for _ in blocks]
-        with add_to_outputs(blocks, zeros):
+        with hooks.add(blocks, zeros):
             loss = answer_nll(self.model, align)
         grads = torch.autograd.grad(loss, zeros)
         return scaled_direction(grads, self.hparams.rho), loss.detach()
@@ -146,7 +122,7 @@ class Vaccine(SafetyModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         align = self.part(batch, "align")
         perturbation, clean_loss = self.perturbation(align)
-        with add_to_outputs(self.attention_blocks(), perturbation):
+        with hooks.add(self.attention_blocks(), perturbation):
             loss = answer_nll(self.model, align)
         self.log_terms({"loss": loss, "clean_loss": clean_loss}, align["input_ids"].size(0))
         return loss
@@ -235,7 +211,7 @@ class Lisa(SafetyModule):
     """
 
     required_parts = ("finetune", "align")
-    supported_strategies = ("SingleDeviceStrategy", "DDPStrategy")  # one backward per step
+    supported_strategies = (SINGLE_DEVICE, DDP)  # one backward per step
 
     def __init__(
         self,
@@ -347,7 +323,7 @@ class RepNoise(SafetyModule):
     """
 
     required_parts = ("align", "harmful")
-    supported_strategies = ("SingleDeviceStrategy", "DDPStrategy")  # one backward per step
+    supported_strategies = (SINGLE_DEVICE, DDP)  # one backward per step
 
     def __init__(self, lm: CausalLMSpec | None = None, alpha: float = 1.0, beta: float = 0.001, **kwargs: Any) -> None:
         check_non_negative(alpha=alpha, beta=beta)
@@ -356,7 +332,7 @@ class RepNoise(SafetyModule):
     def harmful_terms(self, harmful: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """(L_harmful, mean_l MMD^2) from one forward on the harmful batch."""
         blocks = {str(i): mlp_down_projection(layer) for i, layer in enumerate(decoder_layers(self.model))}
-        with capture_outputs(blocks) as mlp_outputs:
+        with hooks.capture(blocks) as mlp_outputs:
             output = self.model(
                 input_ids=harmful["input_ids"], attention_mask=harmful["attention_mask"], output_hidden_states=True
             )

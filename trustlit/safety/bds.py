@@ -48,9 +48,9 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from torch import nn
 
-from trustlit.lm import eval_mode, sequence_logprobs_from_logits
+from trustlit.llm.loading import CausalLMSpec
+from trustlit.llm.scoring import eval_mode, sequence_logprobs_from_logits
 from trustlit.metrics.safety import weight_auroc
-from trustlit.models import CausalLMSpec
 from trustlit.safety.base import ManualStepMixin, SafetyModule
 from trustlit.safety.updates import (
     add_langevin_noise,

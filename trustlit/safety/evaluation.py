@@ -24,9 +24,9 @@ import lightning as L
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trustlit.data.safety import HarmfulFineTuningDataModule
-from trustlit.lm import resolve_prompt_format
+from trustlit.llm.prompts import resolve_prompt_format
+from trustlit.llm.scoring import encode_pairs, greedy_answers
 from trustlit.metrics.safety import CODE_LEAK, Judge, finetune_accuracy, harmful_score, is_correct, load_judge
-from trustlit.metrics.tofu import encode_pairs, greedy_answers
 from trustlit.paths import write_json_atomic
 
 METRIC_PREFIX = "safety/"

@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from trustlit.lm import IGNORE_INDEX, sequence_logprobs_from_logits
+from trustlit.llm.prompts import IGNORE_INDEX
+from trustlit.llm.scoring import sequence_logprobs_from_logits
 
 
 def answer_nll_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -36,8 +36,8 @@ import lightning as L
 import torch
 from torch import nn
 
-from trustlit.lm import answer_nll
-from trustlit.models import CausalLMSpec
+from trustlit.llm.loading import CausalLMSpec
+from trustlit.llm.scoring import answer_nll
 from trustlit.safety.base import ManualStepMixin, SafetyModule
 from trustlit.safety.updates import panacea_update, parameter_gradients, perturbed, scaled_direction
 

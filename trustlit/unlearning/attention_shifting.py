@@ -114,9 +114,10 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
-from trustlit.layers import decoder_layer, decoder_layers, self_attention
-from trustlit.lm import eval_mode, sequence_logprobs_from_logits, token_nll
-from trustlit.models import CausalLMSpec
+from trustlit.llm import hooks
+from trustlit.llm.anatomy import decoder_layer, decoder_layers, self_attention
+from trustlit.llm.loading import CausalLMSpec
+from trustlit.llm.scoring import eval_mode, sequence_logprobs_from_logits, token_nll
 from trustlit.unlearning.base import RetainLoss, UnlearningModule, check_retain_loss
 from trustlit.unlearning.losses import answer_token_mask, kl_to_reference, token_mean_nll
 
@@ -218,9 +219,10 @@ class AttentionAdapter(nn.Module):
 
     ``position="output"`` shifts the module's output (as the paper code), ``"input"`` the hidden
     states its query, key and value projections read. Installed as hooks of the attention module
-    (:meth:`input_hook`, :meth:`output_hook`), it also records the module's attention
-    probabilities when ``record`` is set, and passes everything through unchanged when
-    ``enabled`` is unset (pi_ref).
+    (:meth:`input_hook`, :meth:`output_hook`) for as long as the model lives, so every forward
+    (training, validation, generation) sees them; it passes everything through unchanged when
+    ``enabled`` is unset (pi_ref). The attention probabilities are read by
+    :func:`trustlit.llm.hooks.capture` during a pass.
     """
 
     def __init__(self, hidden_size: int, bottleneck: int, position: AdapterPosition = "output") -> None:
@@ -231,8 +233,6 @@ class AttentionAdapter(nn.Module):
         nn.init.zeros_(self.up.weight)
         self.scale = nn.Parameter(torch.ones(1))
         self.enabled = True
-        self.record = False
-        self.recorded: torch.Tensor | None = None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.scale * self.up(F.relu(self.down(hidden)))
@@ -250,19 +250,24 @@ class AttentionAdapter(nn.Module):
         return (self.shift(args[0]), *args[1:]), kwargs
 
     def output_hook(self, module: nn.Module, args: Any, output: Any) -> Any:
-        """Forward hook: record the attention probabilities; shift the output (``position="output"``)."""
+        """Forward hook: shift the output (``position="output"``)."""
         hidden, rest = (output[0], output[1:]) if isinstance(output, tuple) else (output, ())
-        if self.record:
-            weights = rest[0] if rest else None
-            if weights is None:
-                raise RuntimeError(
-                    f"{type(module).__name__} returned no attention probabilities: AttentionShifting needs the "
-                    "model's attn_implementation to stay 'eager'"
-                )
-            self.recorded = weights
         if not self.enabled or self.position != "output":
             return None
         return (self.shift(hidden), *rest) if isinstance(output, tuple) else self.shift(hidden)
+
+
+def _attention_probabilities(
+    captured: dict[str, torch.Tensor | None], modules: dict[str, nn.Module]
+) -> list[torch.Tensor]:
+    """The captured attention probabilities in layer order; a module that returned none is an error."""
+    for name, module in modules.items():
+        if captured.get(name) is None:
+            raise RuntimeError(
+                f"{type(module).__name__} returned no attention probabilities: AttentionShifting needs the "
+                "model's attn_implementation to stay 'eager'"
+            )
+    return [captured[name] for name in modules]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,24 +380,26 @@ class AttentionShifting(UnlearningModule):
     # -- passes through the network ------------------------------------------------------------
 
     @contextmanager
-    def _pass(self, adapters: bool) -> Iterator[list[AttentionAdapter]]:
-        """Adapters on (pi_theta) or off (pi_ref), recording the attention of ``layers``."""
-        recorders = [self.shift_adapters[i] for i in self.layer_indices]
+    def _pass(self, adapters: bool) -> Iterator[list[torch.Tensor]]:
+        """Adapters on (pi_theta) or off (pi_ref); yields the attention probabilities [B, H, T, T] of
+        ``layers``, filled by the forward run inside."""
+        attentions = {str(i): self_attention(decoder_layer(self.model, i)) for i in self.layer_indices}
         for adapter in self.shift_adapters:
             adapter.enabled = adapters
-        for adapter in recorders:
-            adapter.record = True
+        maps: list[torch.Tensor] = []
         try:
-            yield recorders
+            with hooks.capture(attentions, element=1) as captured:
+                yield maps
+                maps.extend(_attention_probabilities(captured, attentions))
         finally:
             for adapter in self.shift_adapters:
-                adapter.enabled, adapter.record, adapter.recorded = True, False, None
+                adapter.enabled = True
 
     def attention_maps(self, batch: dict[str, Any], adapters: bool = True) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Logits and the attention [B, H, T, T] of each layer in ``layers``, with adapters on or off."""
-        with self._pass(adapters) as recorders:
+        with self._pass(adapters) as maps:
             logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            return logits, [adapter.recorded for adapter in recorders]
+        return logits, maps
 
     def candidates(self, batch: dict[str, Any]) -> torch.Tensor:
         """[B, T] bool: tokens that may be fact-bearing or essential (not padding, not special)."""
@@ -433,10 +440,10 @@ class AttentionShifting(UnlearningModule):
                     for row, key in enumerate(keys):
                         scores[row, valid[row]] = self._importance_cache[key].to(valid.device)
                 return logits, maps, scores
-            with torch.enable_grad(), self._pass(adapters=False) as recorders:
+            with torch.enable_grad():
                 embeddings = self.model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_(True)
-                logits = self.model(inputs_embeds=embeddings, attention_mask=batch["attention_mask"]).logits
-                maps = [adapter.recorded for adapter in recorders]
+                with self._pass(adapters=False) as maps:
+                    logits = self.model(inputs_embeds=embeddings, attention_mask=batch["attention_mask"]).logits
                 (gradient,) = torch.autograd.grad(token_nll(logits, batch["labels"]).sum(), embeddings)
         maps = [m.detach() for m in maps]
         received = attention_received(torch.stack(maps).float().mean(0), answer_query_mask(batch["labels"]))

@@ -15,13 +15,13 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from trustlit.lm import eval_mode, sequence_logprobs_from_logits
-from trustlit.lm_module import CausalLMModule
-from trustlit.models import CausalLMSpec
+from trustlit.llm.loading import CausalLMSpec
+from trustlit.llm.module import CausalLMModule
+from trustlit.llm.scoring import eval_mode, sequence_logprobs_from_logits
+from trustlit.strategies import DDP, SINGLE_DEVICE, StrategySupport
 from trustlit.unlearning.losses import kl_to_reference, token_mean_nll
 
 RetainLoss = Literal["nll", "kl"]
-SHARDED_STRATEGIES = ("FSDPStrategy", "ModelParallelStrategy", "DeepSpeedStrategy")
 
 
 def is_peft_model(model: nn.Module) -> bool:
@@ -60,7 +60,7 @@ class ReferenceModel:
         return sequence_logprobs_from_logits(logits, batch["labels"])
 
 
-class UnlearningModule(CausalLMModule):
+class UnlearningModule(StrategySupport, CausalLMModule):
     """Base of the unlearning methods (see the module docstring); arguments as CausalLMModule's.
 
     ``supported_strategies`` names the Lightning strategies (class names) a method runs under;
@@ -71,7 +71,8 @@ class UnlearningModule(CausalLMModule):
     (FSDP2, tested on CPU against DDP); ``FSDPStrategy`` (FSDP1, GPU only) is untested and refused.
     """
 
-    supported_strategies: ClassVar[tuple[str, ...]] = ("SingleDeviceStrategy", "DDPStrategy")
+    supported_strategies: ClassVar[tuple[str, ...]] = (SINGLE_DEVICE, DDP)
+    sharded_refusal = "it does not run sharded: a frozen reference copy or activation hooks"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -83,14 +84,8 @@ class UnlearningModule(CausalLMModule):
         return self.reference
 
     def setup(self, stage: str) -> None:
-        strategy = type(self.trainer.strategy).__name__
-        if stage == "fit" and strategy not in self.supported_strategies:
-            sharded = strategy in SHARDED_STRATEGIES
-            why = " (it does not run sharded: a frozen reference copy or activation hooks)" if sharded else ""
-            raise ValueError(
-                f"{type(self).__name__} does not support the {strategy} strategy{why}; supported: "
-                f"{list(self.supported_strategies)} (trainer.strategy)"
-            )
+        if stage == "fit":
+            self.check_strategy()
 
     def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """Named loss terms of one forget/retain batch; ``loss`` is the one minimised."""

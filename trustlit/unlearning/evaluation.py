@@ -35,13 +35,13 @@ from rich.console import Console
 from rich.table import Table
 
 from trustlit.data.qa import FictitiousConfig, QADataModule, load_qa_split
-from trustlit.lm import resolve_prompt_format
+from trustlit.llm.prompts import resolve_prompt_format
+from trustlit.llm.scoring import pairs_nll
 from trustlit.metrics.muse import MIN_K, knowmem, min_k_scores, privleak, privleak_auc, verbmem_scores
 from trustlit.metrics.tofu import (
     SplitScores,
     forget_quality,
     model_utility,
-    pairs_nll,
     perturbed_answers,
     refusal_rates,
     score_split,

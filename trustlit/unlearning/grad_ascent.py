@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from trustlit.strategies import FSDP2
 from trustlit.unlearning.base import UnlearningModule
 from trustlit.unlearning.losses import gradient_ascent_loss
 
@@ -19,7 +20,7 @@ class GradAscent(UnlearningModule):
     """L = -NLL_forget (see the module docstring); arguments as :class:`UnlearningModule`'s."""
 
     # no reference model, no hooks: shards under FSDP2 (tests/test_strategies.py)
-    supported_strategies = (*UnlearningModule.supported_strategies, "ModelParallelStrategy")
+    supported_strategies = (*UnlearningModule.supported_strategies, FSDP2)
 
     def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         loss = gradient_ascent_loss(*self.logprobs(batch["forget"]))

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from trustlit.models import CausalLMSpec
+from trustlit.llm.loading import CausalLMSpec
 from trustlit.unlearning.base import RetainLoss, UnlearningModule, check_retain_loss
 from trustlit.unlearning.losses import gradient_ascent_loss
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trustlit.models import CausalLMSpec
+from trustlit.llm.loading import CausalLMSpec
 from trustlit.unlearning.grad_diff import GradDiff
 
 

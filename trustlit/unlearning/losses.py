@@ -11,12 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from trustlit.lm import IGNORE_INDEX
-
-
-def token_mean_nll(logp: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
-    """Mean NLL over all answer tokens of the batch: -sum_i logp_i / sum_i |y_i|."""
-    return -logp.sum() / num_tokens.sum().clamp(min=1)
+from trustlit.llm.prompts import IGNORE_INDEX
+from trustlit.llm.scoring import token_mean_nll
 
 
 def gradient_ascent_loss(logp: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:

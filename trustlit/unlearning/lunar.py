@@ -83,9 +83,11 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 from transformers.pytorch_utils import Conv1D
 
-from trustlit.layers import capture_outputs, decoder_layer, decoder_layers, mlp_down_projection
-from trustlit.lm import encode_qa, eval_mode, resolve_prompt_format
-from trustlit.models import CausalLMSpec
+from trustlit.llm import hooks
+from trustlit.llm.anatomy import decoder_layer, decoder_layers, mlp_down_projection
+from trustlit.llm.loading import CausalLMSpec
+from trustlit.llm.prompts import encode_qa, resolve_prompt_format
+from trustlit.llm.scoring import eval_mode
 from trustlit.unlearning.base import UnlearningModule, check_positive
 
 # Prompts a model should refuse or cannot verify: the "reference" side of r. Half harmful
@@ -116,28 +118,6 @@ TokenPositions = Literal["prompt", "question", "last"]
 _PROBE_QUESTIONS = ("Who?", "What is 2 + 2?", "Name a colour.", "1")
 # Released config: layer 22 of Llama-3-8B-Instruct's 32 blocks.
 _RELEASED_LAYER, _RELEASED_DEPTH = 22, 32
-
-
-class _StopForward(Exception):
-    """Raised by a hook to end a forward once the activation it needs is captured."""
-
-
-@contextmanager
-def _stop_forward_at(module: nn.Module, before: bool) -> Iterator[None]:
-    """End every forward inside at ``module``: before it runs (``before``) or right after it.
-
-    Register it after :func:`~trustlit.layers.capture_outputs` on the same module, so the
-    capture hook runs first; catch :class:`_StopForward` around the forward.
-    """
-
-    def stop(*_: Any) -> None:
-        raise _StopForward
-
-    handle = module.register_forward_pre_hook(stop) if before else module.register_forward_hook(stop)
-    try:
-        yield
-    finally:
-        handle.remove()
 
 
 def _left_pad(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -183,7 +163,7 @@ class LUNAR(UnlearningModule):
     """LUNAR (see the module docstring for the formulas and the defaults' sources).
 
     Args:
-        lm: the model (:class:`~trustlit.models.CausalLMSpec` or its fields as a dict); LoRA is
+        lm: the model (:class:`~trustlit.llm.loading.CausalLMSpec` or its fields as a dict); LoRA is
             refused, since LUNAR trains one full matrix.
         layer: l, the block whose MLP down-projection trains and whose output is redirected
             (negative counts from the last); ``None``: ``num_layers * 22 // 32``.
@@ -271,17 +251,16 @@ class LUNAR(UnlearningModule):
             weight.data = trained
 
     def _run_until(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
-        """Forward ``input_ids`` until a :class:`_StopForward` hook ends it."""
-        try:
-            self.model(
+        """Forward ``input_ids`` until a :func:`~trustlit.llm.hooks.stop_at` hook ends it."""
+        hooks.run_until_stopped(
+            lambda: self.model(
                 input_ids=input_ids.to(self.device),
                 attention_mask=attention_mask.to(self.device),
                 position_ids=_position_ids(attention_mask).to(self.device),
                 use_cache=False,
-            )
-        except _StopForward:
-            return
-        raise RuntimeError(f"LUNAR: the forward never reached block {self.layer}'s capture hook")
+            ),
+            f"LUNAR's capture hook in block {self.layer}",
+        )
 
     @torch.no_grad()
     def mean_last_token_output(self, prompts: Sequence[Sequence[int]], batch_size: int = 16) -> torch.Tensor:
@@ -290,7 +269,7 @@ class LUNAR(UnlearningModule):
         with eval_mode(self.model):  # activations without dropout, as the released code's model.eval()
             for start in range(0, len(prompts), batch_size):
                 input_ids, attention_mask = _left_pad(prompts[start : start + batch_size], self.tokenizer.pad_token_id)
-                with capture_outputs({"o": self.block}) as captured, _stop_forward_at(self.block, before=False):
+                with hooks.capture({"o": self.block}) as captured, hooks.stop_at(self.block, before=False):
                     self._run_until(input_ids, attention_mask)
                 last = captured["o"][:, -1].double().sum(0)
                 total = last if total is None else total + last
@@ -335,8 +314,8 @@ class LUNAR(UnlearningModule):
         captured: dict[str, torch.Tensor]
         with (
             eval_mode(self.model),
-            capture_outputs({"h": self.down_projection}, inputs=True) as captured,
-            _stop_forward_at(self.down_projection, before=True),
+            hooks.capture({"h": self.down_projection}, inputs=True) as captured,
+            hooks.stop_at(self.down_projection, before=True),
         ):
             self._run_until(batch["prompt_input_ids"], batch["prompt_attention_mask"])
         if self.hparams.token_positions == "last":

@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
-from trustlit.layers import capture_outputs, decoder_layer, decoder_layers, mlp_down_projection
-from trustlit.lm import IGNORE_INDEX
-from trustlit.models import CausalLMSpec
+from trustlit.llm import hooks
+from trustlit.llm.anatomy import decoder_layer, decoder_layers, mlp_down_projection
+from trustlit.llm.loading import CausalLMSpec
+from trustlit.llm.prompts import IGNORE_INDEX
 from trustlit.unlearning.base import UnlearningModule, check_positive
 from trustlit.unlearning.losses import rmu_loss
 
@@ -68,13 +69,13 @@ class RMU(UnlearningModule):
 
     def activations(self, network: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
         """Block ``layer``'s output [B, T, D] for ``batch`` under ``network``."""
-        with capture_outputs({"h": decoder_layer(network, self.layer)}) as captured:
+        with hooks.capture({"h": decoder_layer(network, self.layer)}) as captured:
             network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
         return captured["h"]
 
     def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         forget, retain = batch["forget"], batch["retain"]
-        with capture_outputs({"h": decoder_layer(self.reference.network, self.layer)}) as frozen:
+        with hooks.capture({"h": decoder_layer(self.reference.network, self.layer)}) as frozen:
             self.reference(input_ids=retain["input_ids"], attention_mask=retain["attention_mask"])
         forget_term, retain_term = rmu_loss(
             self.activations(self.model, forget),

@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from trustlit.models import CausalLMSpec
+from trustlit.llm.loading import CausalLMSpec
+from trustlit.strategies import FSDP2
 from trustlit.unlearning.base import UnlearningModule, check_positive
 from trustlit.unlearning.losses import simnpo_loss, token_mean_nll
 
@@ -40,7 +41,7 @@ class SimNPO(UnlearningModule):
     """
 
     # no reference model, no hooks: shards under FSDP2 (tests/test_strategies.py)
-    supported_strategies = (*UnlearningModule.supported_strategies, "ModelParallelStrategy")
+    supported_strategies = (*UnlearningModule.supported_strategies, FSDP2)
 
     def __init__(
         self,

@@ -46,7 +46,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from trustlit.data.fictitious import fictitious_qa
+from trustlit.fictitious import fictitious_qa
 
 # ChatML, the format SmolLM2 and Qwen2 use: one template for tiny and real models.
 CHAT_TEMPLATE = (

@@ -21,10 +21,10 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
-from trustlit.layers import base_model, decoder_layers
-from trustlit.lm import generate_greedy, sequence_logprobs
+from trustlit.llm.anatomy import base_model, decoder_layers
+from trustlit.llm.loading import CausalLMSpec
+from trustlit.llm.scoring import generate_greedy, sequence_logprobs
 from trustlit.metrics import answer_probability, rouge_l_recall
-from trustlit.models import CausalLMSpec
 
 LRSchedule = Literal["constant", "linear", "cosine"]
 
@@ -57,7 +57,7 @@ class CausalLMModule(L.LightningModule):
     """Holds a causal LM and its tokenizer (``self.model``, ``self.tokenizer``).
 
     Args:
-        lm: which model to load (:class:`~trustlit.models.CausalLMSpec`).
+        lm: which model to load (:class:`~trustlit.llm.loading.CausalLMSpec`).
         lr, weight_decay: AdamW over the trainable parameters (all, or the LoRA adapters).
         warmup_steps, lr_schedule: linear warm-up, then ``constant``, ``linear`` or ``cosine``.
         generate: generate greedy answers during evaluation (for ROUGE-L).

@@ -1,4 +1,4 @@
-"""Architecture-independent access to the blocks of a causal LM, and activation capture.
+"""Architecture-independent access to the blocks of a causal LM (hooks on them: :mod:`trustlit.llm.hooks`).
 
 Methods that act inside the network (RMU's layer activations, LUNAR's MLP down-projection,
 Attention-Shifting's attention, Vaccine's and RepNoise's hidden states) find the pieces here,
@@ -8,10 +8,6 @@ for Llama-style models (Llama, Qwen2, Mistral: ``model.layers[i].mlp.down_proj``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-import torch
 from torch import nn
 
 
@@ -55,32 +51,3 @@ def self_attention(layer: nn.Module) -> nn.Module:
         if (attention := getattr(layer, name, None)) is not None:
             return attention
     raise ValueError(f"{type(layer).__name__} has no self-attention module (self_attn or attn)")
-
-
-def _first(output: torch.Tensor | tuple) -> torch.Tensor:
-    return output[0] if isinstance(output, tuple) else output
-
-
-@contextmanager
-def capture_outputs(modules: dict[str, nn.Module], inputs: bool = False) -> Iterator[dict[str, torch.Tensor]]:
-    """Record each module's output (or first positional input) during the forwards run inside.
-
-    Yields a dict filled by name as the modules run; tensors keep their autograd graph, so a
-    loss on a captured activation trains the layers below it. Hooks are removed on exit.
-    """
-    captured: dict[str, torch.Tensor] = {}
-
-    def hook_for(name: str):
-        if inputs:
-            return lambda module, args: captured.__setitem__(name, args[0])
-        return lambda module, args, output: captured.__setitem__(name, _first(output))
-
-    handles = [
-        module.register_forward_pre_hook(hook_for(name)) if inputs else module.register_forward_hook(hook_for(name))
-        for name, module in modules.items()
-    ]
-    try:
-        yield captured
-    finally:
-        for handle in handles:
-            handle.remove()

@@ -1,4 +1,4 @@
-"""Causal-LM plumbing shared by every LLM method: prompts, label masking, log-probs, generation.
+"""Prompts and label masking for QA pairs: the one encoding every LLM method and evaluation uses.
 
 A QA pair (x, y) is encoded as the prompt tokens of x followed by the answer tokens of y.
 The prompt and the answer are tokenized separately and concatenated, so the boundary is
@@ -8,13 +8,11 @@ padding position, and nothing but answer tokens ever reaches a loss.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 IGNORE_INDEX = -100
 PromptFormat = Literal["auto", "chat", "plain"]
@@ -105,52 +103,6 @@ def collate_qa(samples: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str
     return batch
 
 
-def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Per-token negative log-likelihood [B, T-1] of ``labels`` shifted by one; 0 where masked.
-
-    Computed in float32 through ``cross_entropy``, which fuses the log-softmax (autograd still keeps
-    the float32 copy of the logits).
-    """
-    shifted_logits = logits[:, :-1].float()
-    shifted_labels = labels[:, 1:]
-    nll = F.cross_entropy(
-        shifted_logits.reshape(-1, shifted_logits.size(-1)),
-        shifted_labels.reshape(-1),
-        ignore_index=IGNORE_INDEX,
-        reduction="none",
-    )
-    return nll.view(shifted_labels.shape)
-
-
-def sequence_logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(sum_logprob, num_answer_tokens)`` per sample: sum_t log p(y_t | x, y_<t) and |y|."""
-    num_tokens = (labels[:, 1:] != IGNORE_INDEX).sum(dim=1)
-    return -token_nll(logits, labels).sum(dim=1), num_tokens
-
-
-def sequence_logprobs(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """One forward pass: summed answer log-probability and answer length for each sample."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    return sequence_logprobs_from_logits(logits, batch["labels"])
-
-
-def answer_nll(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean NLL over all answer tokens of the batch (the usual fine-tuning loss)."""
-    sum_logprob, num_tokens = sequence_logprobs(model, batch)
-    return -sum_logprob.sum() / num_tokens.sum().clamp(min=1)
-
-
-@contextmanager
-def eval_mode(model: torch.nn.Module) -> Iterator[None]:
-    """The model in eval mode (no dropout) inside; its previous train/eval mode comes back on exit."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
 def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
     """The id of ``<|im_end|>`` when the tokenizer has it as a token (ChatML models)."""
     token_id = tokenizer.convert_tokens_to_ids(CHAT_END_OF_TURN)
@@ -164,23 +116,3 @@ def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     if end_of_turn is not None and end_of_turn not in ids:
         ids.append(end_of_turn)
     return ids
-
-
-@torch.no_grad()
-def generate_greedy(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    batch: dict[str, torch.Tensor],
-    max_new_tokens: int = 32,
-) -> list[str]:
-    """Greedy answers to the batch's left-padded prompts, decoded without special tokens."""
-    prompt_ids = batch["prompt_input_ids"]
-    output = model.generate(
-        input_ids=prompt_ids,
-        attention_mask=batch["prompt_attention_mask"],
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=stop_token_ids(tokenizer),
-    )
-    return tokenizer.batch_decode(output[:, prompt_ids.size(1) :], skip_special_tokens=True)
