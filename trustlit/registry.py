@@ -87,13 +87,18 @@ def _register_all() -> None:
         "core": {
             "method": {"CausalLMFineTuning": "trustlit.finetune"},
             "model": {"CausalLMModule": "trustlit.llm.module"},
-            "callback": {"SplitMetricsTable": "trustlit.callbacks", "RequeueAtBatchEnd": "trustlit.callbacks"},
+            "callback": {
+                "SplitMetricsTable": "trustlit.callbacks",
+                "RequeueAtBatchEnd": "trustlit.callbacks",
+                "HarvestActivations": "trustlit.llm.harvest",
+            },
             "logger": {"WandbLogger": "trustlit.loggers"},
             "data": {
                 "QADataModule": "trustlit.data.qa",
                 "ForgetRetainDataModule": "trustlit.data.forget_retain",
                 "TabularDataModule": "trustlit.data.tabular",
                 "HarmfulFineTuningDataModule": "trustlit.data.safety",
+                "ActivationDataModule": "trustlit.data.activations",
             },
         },
         "privacy": {
