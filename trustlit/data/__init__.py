@@ -1,5 +1,7 @@
-"""LightningDataModules: tabular classification, QA (TOFU format), forget/retain pairs, harmful fine-tuning."""
+"""LightningDataModules: tabular classification, QA (TOFU format), forget/retain pairs, harmful fine-tuning,
+harvested activations."""
 
+from trustlit.data.activations import ActivationDataModule
 from trustlit.data.forget_retain import ForgetRetainDataModule
 from trustlit.data.qa import FictitiousConfig, QADataModule, load_qa_split
 from trustlit.data.safety import HarmfulFineTuningDataModule, load_beavertails
@@ -9,6 +11,7 @@ from trustlit.fictitious import fictitious_qa, fictitious_split, generate_author
 
 __all__ = [
     "CODE_PATTERN",
+    "ActivationDataModule",
     "FictitiousConfig",
     "ForgetRetainDataModule",
     "HarmfulFineTuningDataModule",
