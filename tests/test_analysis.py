@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
-from helpers import quiet_trainer
+from helpers import REPO_ROOT, quiet_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from trustlit.analysis import AnalysisModule, scalar_results
@@ -66,3 +69,15 @@ def test_fit_is_refused_naming_the_command(tmp_path):
 def test_scalar_results_keep_numbers_only():
     results = {"a": 1, "b": torch.tensor(2.0), "c": torch.ones(3), "d": [1, 2], "e": True, "f": "text"}
     assert scalar_results(results) == {"a": 1.0, "b": 2.0}
+
+
+@pytest.mark.slow
+def test_ranks_gather_their_shards_under_ddp(tmp_path):
+    """Two CPU processes: the results cover every row once, whatever rank saw it (tests/ddp_analysis.py)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    script = REPO_ROOT / "tests" / "ddp_analysis.py"
+    subprocess.run([sys.executable, str(script), str(tmp_path)], check=True, env=env, cwd=tmp_path, timeout=300)
+    written = json.loads((tmp_path / "rows.json").read_text())
+    assert written["ids"] == list(range(21))
+    assert written["gathered"] == 22, "21 rows on 2 ranks: the sampler repeats one row to give each rank 11"
+    assert written["sum"] == sum(range(42))
