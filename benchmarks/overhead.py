@@ -22,23 +22,18 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
-import platform
-import shlex
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import lightning as L
 import torch
 import transformers
 import yaml
-from common import cpu_model  # beside this script (sys.path[0])
 
 from trustlit.cli import run_cli
 from trustlit.data import FictitiousConfig, QADataModule
@@ -46,7 +41,11 @@ from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.module import lr_multiplier
 from trustlit.llm.scoring import answer_nll
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+if not __package__:  # run as benchmarks/overhead.py: import this repository's benchmarks package, not opacus's
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import common
+from benchmarks.common import REPO_ROOT, command_line, machine, ms, package_versions, repo_path, table, utc_date
+
 RECIPE = "recipes/quickstart/finetune_fictitious.yaml"
 DEFAULT_OUTPUT = "docs/benchmarks/overhead.md"
 TIMER_CLASS_PATH = "benchmarks.overhead.StepTimer"
@@ -56,11 +55,11 @@ TARGET_RATIO = 1.10
 
 @dataclass
 class Run:
-    """Timestamps (``time.perf_counter``) and values of one training run of one side."""
+    """One training run of one side: the timestamps of its steps and the values that show both sides compute alike."""
 
     side: str
-    starts: list[float] = field(default_factory=list)  # at the start of every step
-    ends: list[float] = field(default_factory=list)  # after the optimizer and scheduler steps
+    # starts: at the start of every step; ends: after the optimizer and scheduler steps
+    timer: common.StepTimer = field(default_factory=common.StepTimer)
     lrs: list[float] = field(default_factory=list)  # lr of the first param group, at the start
     losses: list[float] = field(default_factory=list)
     threads: int = 0
@@ -68,27 +67,17 @@ class Run:
     samples: int = 0  # in the training set
     batch_size: int = 0
 
-    def step_times(self, warmup: int, steps: int) -> list[float]:
-        """Start-to-next-start durations of steps ``warmup .. warmup + steps - 1``."""
-        times = [b - a for a, b in zip(self.starts[:-1], self.starts[1:], strict=True)][warmup : warmup + steps]
-        if len(times) != steps:
-            raise RuntimeError(f"{self.side}: {len(self.starts)} steps started, {warmup + steps + 1} needed")
-        return times
 
-    def in_step_times(self, warmup: int, steps: int) -> list[float]:
-        """Start-to-end durations (forward, backward, optimizer; trustlit: with its hooks)."""
-        return [e - s for s, e in zip(self.starts[: len(self.ends)], self.ends, strict=True)][warmup : warmup + steps]
-
-
-class StepTimer(L.Callback):
-    """Records a timestamp at every ``on_train_batch_start`` (and ``on_train_batch_end``).
+class StepTimer(common.StepTimer):
+    """The shared step timer, recording also the learning rate and the loss of every step into ``run``.
 
     Appended to the recipe's callbacks as ``--trainer.callbacks+=benchmarks.overhead.StepTimer``;
     :func:`run_trustlit` reads ``run`` back from ``cli.trainer.callbacks``.
     """
 
     def __init__(self) -> None:
-        self.run = Run("trustlit")
+        super().__init__()
+        self.run = Run("trustlit", timer=self)
         self._loss: list[torch.Tensor] = []
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -100,13 +89,13 @@ class StepTimer(L.Callback):
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self.run.starts.append(time.perf_counter())
+        super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
         self.run.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self.run.ends.append(time.perf_counter())
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         self._loss.append(outputs["loss"].detach())
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -126,8 +115,6 @@ def load_recipe() -> dict[str, Any]:
 
 def run_trustlit(total_steps: int) -> Run:
     """``trustlit fit -c RECIPE`` for ``total_steps`` steps, outputs in a temporary directory."""
-    if str(REPO_ROOT) not in sys.path:  # so that jsonargparse can import TIMER_CLASS_PATH
-        sys.path.insert(0, str(REPO_ROOT))
     with tempfile.TemporaryDirectory(prefix="trustlit-overhead-") as tmp:
         cli = run_cli(
             [
@@ -192,15 +179,15 @@ def run_plain(total_steps: int) -> Run:
     step, epoch = 0, 0
     while step < total_steps:
         loader.sampler.set_epoch(epoch)  # as Lightning does at the start of every epoch
-        for batch in loader:
-            run.starts.append(time.perf_counter())
+        for batch_idx, batch in enumerate(loader):
+            run.timer.start(batch_idx)
             run.lrs.append(optimizer.param_groups[0]["lr"])
             loss = answer_nll(model, batch)
             loss.backward()
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
-            run.ends.append(time.perf_counter())
+            run.timer.end()
             losses.append(loss.detach())
             step += 1
             if step == total_steps:
@@ -208,14 +195,6 @@ def run_plain(total_steps: int) -> Run:
         epoch += 1
     run.losses = [float(loss) for loss in losses]
     return run
-
-
-def ms(seconds: float) -> str:
-    return f"{1000 * seconds:.2f}"
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 @dataclass
@@ -228,17 +207,15 @@ class Side:
 
     @classmethod
     def of(cls, runs: list[Run], warmup: int, steps: int) -> Side:
-        rounds = [run.step_times(warmup, steps) for run in runs]
-        in_step = [t for run in runs for t in run.in_step_times(warmup, steps)]
-        return cls(rounds, in_step, [s - i for s, i in zip(cls.pooled(rounds), in_step, strict=True)])
-
-    @staticmethod
-    def pooled(rounds: list[list[float]]) -> list[float]:
-        return [t for times in rounds for t in times]
+        return cls(
+            [run.timer.intervals(warmup, steps, run.side) for run in runs],
+            [t for run in runs for t in run.timer.in_step(warmup, steps)],
+            [t for run in runs for t in run.timer.between(warmup, steps)],
+        )
 
     @property
     def all(self) -> list[float]:
-        return self.pooled(self.rounds)
+        return [t for times in self.rounds for t in times]
 
 
 def workload(run: Run) -> str:
@@ -264,13 +241,13 @@ def report(runs: list[tuple[Run, Run]], args: argparse.Namespace, command: str) 
     paired = median([t / p for p, t in zip(plain.all, trust.all, strict=True)])
 
     rows = [
-        f"| {i} | {ms(median(p))} | {ms(median(t))} | {median(t) / median(p):.3f} |"
+        [str(i), ms(median(p)), ms(median(t)), f"{median(t) / median(p):.3f}"]
         for i, (p, t) in enumerate(zip(plain.rounds, trust.rounds, strict=True), start=1)
     ]
-    rows.append(f"| **all rounds** | **{ms(median(plain.all))}** | **{ms(median(trust.all))}** | **{ratio:.3f}** |")
+    rows.append(["**all rounds**", f"**{ms(median(plain.all))}**", f"**{ms(median(trust.all))}**", f"**{ratio:.3f}**"])
 
-    def line(name: str, p: float, t: float) -> str:
-        return f"| {name} | {ms(p)} | {ms(t)} | {1000 * (t - p):+.2f} |"
+    def line(name: str, p: float, t: float) -> list[str]:
+        return [name, ms(p), ms(t), f"{1000 * (t - p):+.2f}"]
 
     parts = [
         line("step: start to next start (median)", median(plain.all), median(trust.all)),
@@ -292,7 +269,6 @@ def report(runs: list[tuple[Run, Run]], args: argparse.Namespace, command: str) 
     in_step = median(trust.in_step) - median(plain.in_step)
     between = median(trust.gap) - median(plain.gap)
     mean_diff = statistics.fmean(trust.all) - statistics.fmean(plain.all)
-    nl = "\n"
     batches = -(-plain0.samples // plain0.batch_size)
     last = plain0.samples - (batches - 1) * plain0.batch_size
 
@@ -304,11 +280,11 @@ Produced by `benchmarks/overhead.py`:
 {command}
 ```
 
-- Date: {datetime.now(timezone.utc).strftime("%a %b %d %H:%M:%S UTC %Y")}
-- Machine: {cpu_model()}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} available to the process), CPU only
+- Date: {utc_date()}
+- Machine: {machine()}
 - torch threads: {", ".join(map(str, threads))}, the same on both sides (`torch.set_num_threads({args.threads})`; one
   intra-op thread, the default, keeps the compute time repeatable so that the difference is the framework's)
-- Versions: Python {platform.python_version()}, torch {torch.__version__}, lightning {L.__version__},
+- Versions: {package_versions()},
   transformers {transformers.__version__}
 - Workload: `{RECIPE}`: {workload(plain0)}
 - Train dataloader, plain: `{plain0.loader}`; trustlit: `{trust0.loader}`
@@ -319,18 +295,14 @@ Produced by `benchmarks/overhead.py`:
 
 ## Step time (ms, median of the timed steps)
 
-| round | plain | trustlit | trustlit / plain |
-|---|---:|---:|---:|
-{nl.join(rows)}
+{table(["round", "plain", "trustlit", "trustlit / plain"], rows, "lrrr")}
 
 {verdict}: trustlit's median step is {1000 * overhead:+.2f} ms ({100 * (ratio - 1):+.1f} %) longer
 than the plain loop's. Compared step by step (same batch, same round), the median ratio is {paired:.3f}.
 
 ## Where the time goes (ms, all rounds)
 
-| part | plain | trustlit | difference |
-|---|---:|---:|---:|
-{nl.join(parts)}
+{table(["part", "plain", "trustlit", "difference"], parts, "lrrr")}
 
 *In the step*: for trustlit from `on_train_batch_start` to `on_train_batch_end` (the optimizer closure
 with `training_step` and `self.log`, backward, `optimizer.step`, the LR scheduler step, hook dispatch);
@@ -390,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.steps < 20 or args.rounds < 1 or args.threads < 1:
         parser.error("--steps must be >= 20, --rounds and --threads >= 1")
-    command = shlex.join([".venv/bin/python", "benchmarks/overhead.py", *(sys.argv[1:] if argv is None else argv)])
+    command = command_line("benchmarks/overhead.py", argv)
 
     torch.set_num_threads(args.threads)
     total_steps = WARMUP_STEPS + args.steps + 1  # one more start closes the last timed step
@@ -404,8 +376,7 @@ def main(argv: list[str] | None = None) -> None:
         runs.append(tuple(pair))
 
     text = report(runs, args, command)
-    output = Path(args.output)
-    output = output if output.is_absolute() else REPO_ROOT / output
+    output = repo_path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text, encoding="utf-8")
     print(text)

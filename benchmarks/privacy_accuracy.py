@@ -42,7 +42,6 @@ import numpy as np
 import opacus
 import sklearn
 import torch
-from common import bare_trainer, quiet  # beside this script (sys.path[0])
 
 from trustlit.data.tabular import TabularDataModule
 from trustlit.privacy import DPSGD, PMSVM
@@ -56,7 +55,9 @@ from trustlit.privacy.svm import (
     release_one_vs_rest,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+if not __package__:  # run as (or imported from) a script: import this repository's benchmarks package, not opacus's
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import bare_trainer, mean_std, quiet, repo_path, table
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
 QUICK_EPSILONS = (1.0, 8.0)
@@ -252,7 +253,7 @@ def module_check_task(source: str, classes: int, seed: int, epsilon: float, lam:
         model = PMSVM(
             mechanism, num_features=x.shape[1], num_classes=classes, epsilon=epsilon, delta=DELTA, lam=lam, seed=seed
         )
-        trainer(max_epochs=1, callbacks=[]).fit(model, datamodule=dm)
+        bare_trainer(max_epochs=1).fit(model, datamodule=dm)
         generator = np.random.default_rng(seed)
         if mechanism == "weight":
             release = release_crammer_singer(x, y, classes, lam, epsilon, DELTA, generator)
@@ -280,10 +281,6 @@ class GradientResult:
     seconds: float
 
 
-def trainer(max_epochs: int, callbacks: list[L.Callback]) -> L.Trainer:
-    return bare_trainer(callbacks, max_epochs=max_epochs)
-
-
 def gradient_task(
     source: str, classes: int, seed: int, mechanism: str, epsilon: float, lr: float, epochs: int, split: str, noise: int
 ) -> GradientResult:
@@ -304,7 +301,7 @@ def gradient_task(
     model = PMSVM(
         mechanism, num_features=dm.num_features, num_classes=classes, lr=lr, mu=MU, smoothing=SMOOTHING, seed=noise
     )
-    fit = trainer(epochs, [callback])
+    fit = bare_trainer([callback], max_epochs=epochs)
     fit.fit(model, datamodule=dm)
     if key not in _NOISE:
         _NOISE[key] = (callback.noise_multiplier, callback.sample_rate)
@@ -455,13 +452,9 @@ def scores(results: Results, key: str, row: str, epsilon: float) -> list[float]:
     return [100 * results.exact[(key, s)].test[(row, epsilon)] for s in range(results.seeds)]
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def cell(values: list[float]) -> str:
-    mean, std = mean_std(values)
-    return f"{mean:.1f} ± {std:.1f}"
+def mean(results: Results, key: str, row: str, epsilon: float) -> float:
+    """Mean test accuracy in % over the seeds."""
+    return statistics.fmean(scores(results, key, row, epsilon))
 
 
 def points(value: float, sign: bool = False) -> str:
@@ -474,39 +467,37 @@ def fmt_lam(lam: float) -> str:
     return f"{lam:.2g}"
 
 
-def table(results: Results, data: Dataset) -> str:
-    header = "| method | " + " | ".join(f"ε = {e:g}" for e in results.epsilons) + " |"
-    rule = "|---|" + "---:|" * len(results.epsilons)
-    lines = [header, rule]
-    for row in ROWS:
-        cells = [cell(scores(results, data.key, row, e)) for e in results.epsilons]
-        lines.append(f"| {LABELS[row]} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def accuracy_table(results: Results, data: Dataset) -> str:
+    rows = [[LABELS[row], *(mean_std(scores(results, data.key, row, e)) for e in results.epsilons)] for row in ROWS]
+    return table(epsilon_header(results), rows, "l" + "r" * len(results.epsilons))
+
+
+def epsilon_header(results: Results) -> list[str]:
+    return ["method", *(f"ε = {e:g}" for e in results.epsilons)]
 
 
 def chosen_table(results: Results, data: Dataset) -> str:
     """λ chosen per seed (most frequent, and range) and (lr, epochs, σ) of the gradient rows."""
-    header = "| method | " + " | ".join(f"ε = {e:g}" for e in results.epsilons) + " |"
-    lines = [header, "|---|" + "---|" * len(results.epsilons)]
+    lines = []
     for row in ("non_private", *EXACT_PRIVATE):
         cells = []
         for e in results.epsilons:
             lams = [results.exact[(data.key, s)].lam[(row, e)] for s in range(results.seeds)]
             mode = Counter(lams).most_common(1)[0][0]
             cells.append(f"λ {fmt_lam(mode)} ({fmt_lam(min(lams))}–{fmt_lam(max(lams))})")
-        lines.append(f"| {LABELS[row]} | " + " | ".join(cells) + " |")
+        lines.append([LABELS[row], *cells])
     for row in GRADIENT:
         cells = []
         for e in results.epsilons:
             lr, epochs = results.chosen[(data.key, row, e)]
             sigma = results.gradient[(data.key, row, e, 0)].noise_multiplier
             cells.append(f"lr {lr:g}, {epochs} ep, σ {sigma:.2f}")
-        lines.append(f"| {LABELS[row]} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines.append([LABELS[row], *cells])
+    return table(epsilon_header(results), lines)
 
 
 def best_ovr(results: Results, key: str, epsilon: float) -> tuple[str, float]:
-    means = {row: mean_std(scores(results, key, row, epsilon))[0] for row in ("ovr_classic", "ovr_analytic")}
+    means = {row: mean(results, key, row, epsilon) for row in ("ovr_classic", "ovr_analytic")}
     row = max(means, key=means.get)
     return row, means[row]
 
@@ -519,7 +510,7 @@ def targets(results: Results) -> tuple[list[str], dict[str, bool]]:
         for key in ("digits", "mixture"):
             if key not in keys:
                 continue
-            wp = mean_std(scores(results, key, "weight", 1.0))[0]
+            wp = mean(results, key, "weight", 1.0)
             row, ovr = best_ovr(results, key, 1.0)
             ok = wp - ovr >= TARGET_WP_MARGIN
             met[f"wp-{key}"] = ok
@@ -530,8 +521,8 @@ def targets(results: Results) -> tuple[list[str], dict[str, bool]]:
             )
     if 8.0 in results.epsilons:
         for key in keys:
-            agp = mean_std(scores(results, key, "adaptive_gradient", 8.0))[0]
-            base = mean_std(scores(results, key, "non_private", 8.0))[0]
+            agp = mean(results, key, "adaptive_gradient", 8.0)
+            base = mean(results, key, "non_private", 8.0)
             ok = base - agp <= TARGET_AGP_GAP
             met[f"agp-{key}"] = ok
             lines.append(
@@ -545,12 +536,7 @@ def targets(results: Results) -> tuple[list[str], dict[str, bool]]:
 def interpretation(results: Results) -> str:
     eps = results.epsilons
     titles = {d.key: d.title for d in results.datasets}
-    means = {
-        (d.key, row, e): mean_std(scores(results, d.key, row, e))[0]
-        for d in results.datasets
-        for row in ROWS
-        for e in eps
-    }
+    means = {(d.key, row, e): mean(results, d.key, row, e) for d in results.datasets for row in ROWS for e in eps}
 
     def margin(key: str, e: float) -> float:
         return means[(key, "weight", e)] - best_ovr(results, key, e)[1]
@@ -572,15 +558,15 @@ def interpretation(results: Results) -> str:
         if any(e / d.classes >= 1 for e in eps)
     ]
     inversions = [
-        f"{d.title} at ε = {e:g}: classic {cell(scores(results, d.key, 'ovr_classic', e))}, analytic "
-        f"{cell(scores(results, d.key, 'ovr_analytic', e))}"
+        f"{d.title} at ε = {e:g}: classic {mean_std(scores(results, d.key, 'ovr_classic', e))}, analytic "
+        f"{mean_std(scores(results, d.key, 'ovr_analytic', e))}"
         for d in results.datasets
         for e in eps
         if means[(d.key, "ovr_classic", e)] > means[(d.key, "ovr_analytic", e)]
     ]
     within = all(
         means[(d.key, "ovr_classic", e)] - means[(d.key, "ovr_analytic", e)]
-        <= max(mean_std(scores(results, d.key, row, e))[1] for row in ("ovr_classic", "ovr_analytic"))
+        <= max(statistics.stdev(scores(results, d.key, row, e)) for row in ("ovr_classic", "ovr_analytic"))
         for d in results.datasets
         for e in eps
     )
@@ -768,7 +754,8 @@ def render(results: Results, quick: bool) -> str:
         edge_note(results),
     ]
     tables = [
-        f"### {d.title}\n\nTest accuracy (%), mean ± std over {results.seeds} seeds.\n\n{table(results, d)}\n\n"
+        f"### {d.title}\n\nTest accuracy (%), mean ± std over {results.seeds} seeds.\n\n"
+        f"{accuracy_table(results, d)}\n\n"
         "Chosen hyperparameters: λ most often chosen over the seeds (its range); for GP/AGP the (lr, epochs) "
         f"chosen on seed 0 and the noise multiplier σ of DP-SGD.\n\n{chosen_table(results, d)}"
         for d in results.datasets
@@ -829,8 +816,7 @@ def main(argv: list[str] | None = None) -> None:
     text = accuracy_section(quick=args.quick, workers=args.workers)
     print(text)
     if args.output:
-        output = Path(args.output)
-        output = output if output.is_absolute() else REPO_ROOT / output
+        output = repo_path(args.output)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")
         print(f"written to {output}", file=sys.stderr)

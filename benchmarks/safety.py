@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import statistics
 import subprocess
@@ -38,7 +37,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from common import StepTimer, bare_trainer, provenance, quiet, read_sections, render_report, with_provenance
 
 import trustlit
 from trustlit.data.safety import HarmfulFineTuningDataModule
@@ -47,9 +45,10 @@ from trustlit.metrics.safety import weight_auroc
 from trustlit.safety import BDS, SFT, Booster, Lisa, Panacea, RepNoise, Vaccine
 from trustlit.safety.evaluation import evaluate_safety
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = "benchmarks/safety.py"
-DEFAULT_OUTPUT = "docs/benchmarks/safety.md"
+if not __package__:  # run as benchmarks/safety.py: import this repository's benchmarks package, not opacus's
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import REPO_ROOT, Report, StepTimer, bare_trainer, comma_list, mean_std, quiet, table
+
 TINY = {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "max_positions": 128}
 DATA = {"num_align": 1000, "num_finetune": 1000, "num_harmful": 200, "num_test": 100, "max_length": 96}
 BATCH_SIZE = 10  # the released batch size of Panacea, BDS, Booster
@@ -136,7 +135,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 def alignment_stage(job: dict[str, Any], module: L.LightningModule, epochs: int) -> dict[str, Any]:
     """Train ``module`` on the alignment set, save it to ``job["checkpoint"]``, evaluate it."""
     datamodule = data(job["seed"], 0.1, "align", job["quick"])
-    trainer = bare_trainer([], max_epochs=1 if job["quick"] else epochs)
+    trainer = bare_trainer(max_epochs=1 if job["quick"] else epochs)
     began = time.perf_counter()
     trainer.fit(module, datamodule)
     trainer.save_checkpoint(job["checkpoint"])
@@ -160,7 +159,7 @@ def finetune_job(job: dict[str, Any]) -> dict[str, Any]:
     kwargs = {**kwargs, **job.get("overrides", {})}
     module = method({"name_or_path": job["aligned"]}, lr=FINETUNE_LR, weight_decay=0.0, generate=False, **kwargs)
     datamodule = data(job["seed"], job["ratio"], "finetune", job["quick"])
-    trainer = bare_trainer([], max_epochs=1 if job["quick"] else FINETUNE_EPOCHS)
+    trainer = bare_trainer(max_epochs=1 if job["quick"] else FINETUNE_EPOCHS)
     began = time.perf_counter()
     trainer.fit(module, datamodule)
     result = {"fit_seconds": time.perf_counter() - began}
@@ -246,13 +245,6 @@ def quality_section(args: argparse.Namespace) -> str:
     return render_quality(jobs, results, args)
 
 
-def mean_std(values: list[float], digits: int = 1) -> str:
-    if not values:
-        return "-"
-    spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
-    return f"{statistics.mean(values):.{digits}f}{spread}"
-
-
 def render_quality(jobs: dict, results: dict, args: argparse.Namespace) -> str:
     rows: dict[tuple[str, float], list[dict]] = {}
     aligned = {(j["seed"], j["method"]): r for j, r in zip(jobs["align"], results["align"], strict=True)}
@@ -264,16 +256,13 @@ def render_quality(jobs: dict, results: dict, args: argparse.Namespace) -> str:
             rows["Panacea at w_T", p] = [r["before_perturbation"] for r in rows["Panacea", p]]
     methods = [m for m in TABLE_ORDER if any((m, p) in rows for p in args.ratios)]
 
-    def table(metric: str) -> list[str]:
-        lines = [
-            "| method | " + " | ".join(f"p = {p}" for p in args.ratios) + " | mean |",
-            "|---" * (len(args.ratios) + 2) + "|",
-        ]
+    def metric_table(metric: str) -> str:
+        lines = []
         for m in methods:
             cells = [mean_std([r[metric] for r in rows[m, p]]) for p in args.ratios]
             overall = statistics.mean(r[metric] for p in args.ratios for r in rows[m, p])
-            lines.append(f"| {m} | " + " | ".join(cells) + f" | {overall:.1f} |")
-        return lines
+            lines.append([m, *cells, f"{overall:.1f}"])
+        return table(["method", *(f"p = {p}" for p in args.ratios), "mean"], lines)
 
     def mean_of(method: str, metric: str, p: float) -> float:
         return statistics.mean(r[metric] for r in rows[method, p])
@@ -301,9 +290,11 @@ def render_quality(jobs: dict, results: dict, args: argparse.Namespace) -> str:
         verdicts.append(line)
 
     bds_rows = [
-        f"| {m} | {p} | {mean_std([r['harmful_weight'] for r in rows[m, p]], 3)} | "
-        f"{mean_std([r['benign_weight'] for r in rows[m, p]], 3)} | "
-        f"{mean_std([r['auroc'] for r in rows[m, p]], 3)} |"
+        [
+            m,
+            str(p),
+            *(mean_std([r[key] for r in rows[m, p]], 3) for key in ("harmful_weight", "benign_weight", "auroc")),
+        ]
         for m in methods
         if m.startswith("BDS")
         for p in args.ratios
@@ -313,10 +304,13 @@ def render_quality(jobs: dict, results: dict, args: argparse.Namespace) -> str:
         for m in methods
         if m not in ("no fine-tune", "Panacea at w_T")
     }
-    align_table = ["| alignment | HS | FA | fit (s) |", "|---|---|---|---|"] + [
-        f"| {m} | {mean_std([aligned[s, m]['harmful_score'] for s in args.seeds])} | "
-        f"{mean_std([aligned[s, m]['finetune_accuracy'] for s in args.seeds])} | "
-        f"{statistics.median(aligned[s, m]['fit_seconds'] for s in args.seeds):.0f} |"
+    align_rows = [
+        [
+            m,
+            mean_std([aligned[s, m]["harmful_score"] for s in args.seeds]),
+            mean_std([aligned[s, m]["finetune_accuracy"] for s in args.seeds]),
+            f"{statistics.median(aligned[s, m]['fit_seconds'] for s in args.seeds):.0f}",
+        ]
         for m in ALIGNERS
     ]
     nl = "\n"
@@ -338,15 +332,15 @@ word problems answered right (GSM8K extraction). Mean ± standard deviation over
 
 Aligned models (before the user's fine-tuning):
 
-{nl.join(align_table)}
+{table(["alignment", "HS", "FA", "fit (s)"], align_rows)}
 
 Harmful score (HS, %, lower is better):
 
-{nl.join(table("harmful_score"))}
+{metric_table("harmful_score")}
 
 Fine-tune accuracy (FA, %, higher is better):
 
-{nl.join(table("finetune_accuracy"))}
+{metric_table("finetune_accuracy")}
 
 Targets (means over seeds):
 
@@ -354,9 +348,7 @@ Targets (means over seeds):
 
 BDS weights at the end of fine-tuning (mean weight of the harmful and the benign samples; 1 = unweighted):
 
-| scheduler | p | harmful | benign | AUROC |
-|---|---|---|---|---|
-{nl.join(bds_rows)}
+{table(["scheduler", "p", "harmful", "benign", "AUROC"], bds_rows)}
 
 Fine-tuning wall time (median s per run, one thread): {", ".join(f"{m} {s:.0f}" for m, s in seconds.items())}.
 """
@@ -397,10 +389,7 @@ def panacea_rho_section(args: argparse.Namespace) -> str:
     ]
     results = run_all(jobs + sft_jobs, args.workers)
     sft = results[len(jobs) :]
-    lines = [
-        "| rho | HS at w_T | FA at w_T | HS at w_T + eps_T | FA at w_T + eps_T | HS / SFT | FA - SFT (pts) |",
-        "|---" * 7 + "|",
-    ]
+    lines = []
     sft_hs = statistics.mean(r["harmful_score"] for r in sft)
     sft_fa = statistics.mean(r["finetune_accuracy"] for r in sft)
     for rho in RHO_SWEEP:
@@ -409,19 +398,22 @@ def panacea_rho_section(args: argparse.Namespace) -> str:
         hs = statistics.mean(r["harmful_score"] for r in rows)
         fa = statistics.mean(r["finetune_accuracy"] for r in rows)
         lines.append(
-            f"| {rho} | {mean_std([b['harmful_score'] for b in before])} | "
-            f"{mean_std([b['finetune_accuracy'] for b in before])} | "
-            f"{mean_std([r['harmful_score'] for r in rows])} | {mean_std([r['finetune_accuracy'] for r in rows])} | "
-            f"{f'{hs / sft_hs:.2f}x' if sft_hs else '-'} | {fa - sft_fa:+.1f} |"
+            [
+                str(rho),
+                *(mean_std([b[key] for b in before]) for key in ("harmful_score", "finetune_accuracy")),
+                *(mean_std([r[key] for r in rows]) for key in ("harmful_score", "finetune_accuracy")),
+                f"{hs / sft_hs:.2f}x" if sft_hs else "-",
+                f"{fa - sft_fa:+.1f}",
+            ]
         )
-    nl = "\n"
+    header = ["rho", "HS at w_T", "FA at w_T", "HS at w_T + eps_T", "FA at w_T + eps_T", "HS / SFT", "FA - SFT (pts)"]
     return f"""## Panacea's radius rho (p = {SWEEP_RATIO})
 
 The quality section's pipeline and models, Panacea at rho in {{{", ".join(map(str, RHO_SWEEP))}}} (lambda 1e-3), seeds
 {", ".join(map(str, args.seeds))}; evaluated at the trained weights w_T and at the deployed w_T + eps_T. SFT at this
 ratio: HS {sft_hs:.1f}, FA {sft_fa:.1f}.
 
-{nl.join(lines)}
+{table(header, lines)}
 """
 
 
@@ -460,16 +452,18 @@ def cost_section(args: argparse.Namespace) -> str:
         for name in COST_METHODS:
             print(f"cost: {label}: {name}", flush=True)
             measured[label, name] = step_seconds(name, spec, args)
+    header = ["method", *(column for label in models for column in (f"{label}: s/step", "vs SFT"))]
     lines = [
-        "| method | " + " | ".join(f"{label}: s/step | vs SFT" for label in models) + " |",
-        "|---" * (1 + 2 * len(models)) + "|",
-    ]
-    for name in COST_METHODS:
-        cells = [
-            f"{measured[label, name]:.3f} | {measured[label, name] / measured[label, 'SFT']:.2f}x" for label in models
+        [
+            name,
+            *(
+                cell
+                for label in models
+                for cell in (f"{measured[label, name]:.3f}", f"{measured[label, name] / measured[label, 'SFT']:.2f}x")
+            ),
         ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    nl = "\n"
+        for name in COST_METHODS
+    ]
     return f"""## Cost per step relative to SFT
 
 Median over {args.cost_steps} steps after {args.cost_warmup} warm-up step(s), batch {BATCH_SIZE} per part, the same
@@ -479,7 +473,7 @@ simulated step, f); Vaccine 2 (the gradient at the attention outputs, then the p
 (alignment batch, fine-tuning batch) and one backward, plus the scheduler's own tiny backward; RepNoise 2
 forwards (harmless, harmful with hidden states); Lisa 1 (plus the proximal term).
 
-{nl.join(lines)}
+{table(header, lines)}
 """
 
 
@@ -499,7 +493,7 @@ def smollm2_section(args: argparse.Namespace) -> str:
         "--data.init_args.num_test=8",
         "--trainer.logger=false",
     ]
-    lines = ["| recipe | steps | wall (s) | HS | FA |", "|---|---|---|---|---|"]
+    lines = []
     commands = []
     for recipe, default_root in SMOLLM2_RECIPES:
         run_root = root / Path(default_root).name
@@ -519,8 +513,13 @@ def smollm2_section(args: argparse.Namespace) -> str:
         wall = time.perf_counter() - began
         metrics = json.loads((run_root / "safety_eval.json").read_text())["metrics"]
         lines.append(
-            f"| {recipe} | {args.smollm2_steps} | {wall:.0f} | {metrics['harmful_score']:.1f} | "
-            f"{metrics['finetune_accuracy']:.1f} |"
+            [
+                recipe,
+                str(args.smollm2_steps),
+                f"{wall:.0f}",
+                f"{metrics['harmful_score']:.1f}",
+                f"{metrics['finetune_accuracy']:.1f}",
+            ]
         )
     nl = "\n"
     return f"""## SmolLM2-135M-Instruct with LoRA: the recipes on CPU
@@ -531,7 +530,7 @@ The pipeline of the quality section on the real model, through the `trustlit` co
 includes loading the model and the evaluation. These numbers show that the pipeline runs end to end, not
 what the defenses achieve.
 
-{nl.join(lines)}
+{table(["recipe", "steps", "wall (s)", "HS", "FA"], lines)}
 
 Commands (`trustlit` = `.venv/bin/trustlit`):
 
@@ -549,11 +548,17 @@ SECTIONS = {
 }
 
 
+REPORT = Report(
+    "Harmful fine-tuning benchmarks",
+    "benchmarks/safety.py",
+    "docs/benchmarks/safety.md",
+    SECTIONS,
+    f"trustlit {trustlit.__version__}",
+)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, from {', '.join(SECTIONS)}")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 seed, 1 ratio, 1 epoch, small sets")
-    parser.add_argument("--output", default=DEFAULT_OUTPUT, help="markdown report (relative: to the repo)")
+    parser = REPORT.parser(__doc__.splitlines()[0], "a smoke run: 1 seed, 1 ratio, 1 epoch, small sets")
     parser.add_argument("--workers", type=int, default=2, help="parallel one-thread processes for quality")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for cost (default 2)")
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / "runs" / "benchmarks" / "safety")
@@ -565,19 +570,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cost-warmup", type=int, default=1)
     parser.add_argument("--smollm2-steps", type=int, default=3)
     parser.add_argument("--verbose", action="store_true", help="show the recipes' output (smollm2)")
-    args = parser.parse_args(argv)
-    args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [s for s in args.sections if s not in SECTIONS] + [m for m in args.methods if m not in FINETUNERS]
+    args = REPORT.parse(parser, argv)
+    args.methods = comma_list(args.methods)
+    unknown = [m for m in args.methods if m not in FINETUNERS]
     if unknown:
-        parser.error(f"unknown sections or methods {unknown}")
+        parser.error(f"unknown methods {unknown}")
     args.seeds = [int(s) for s in args.seeds.split(",")][: 1 if args.quick else None]
-    args.ratios = (
-        [float(p) for p in args.ratios.split(",")][1:2] if args.quick else [float(p) for p in args.ratios.split(",")]
-    )
+    args.ratios = [float(p) for p in args.ratios.split(",")][1 : 2 if args.quick else None]
     if args.quick:
         args.workdir = args.workdir / "quick"
-    args.command = shlex.join([".venv/bin/python", SCRIPT, *(sys.argv[1:] if argv is None else argv)])
     return args
 
 
@@ -585,20 +586,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     quiet()
     torch.set_num_threads(args.threads)
-    output = Path(args.output) if Path(args.output).is_absolute() else REPO_ROOT / args.output
-    sections = read_sections(output)
-    for name in args.sections:
-        load_before = os.getloadavg()[0]
-        text = SECTIONS[name](args)
-        sections[name] = with_provenance(
-            text, provenance(args.command, args.quick, load_before, f"trustlit {trustlit.__version__}")
-        )
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(
-            render_report("Harmful fine-tuning benchmarks", SCRIPT, list(SECTIONS), sections), encoding="utf-8"
-        )
-        print(sections[name], flush=True)
-    print(f"written to {output}")
+    REPORT.run(args)
 
 
 if __name__ == "__main__":

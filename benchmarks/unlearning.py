@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -32,7 +30,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from common import StepTimer, bare_trainer, provenance, quiet, read_sections, render_report, with_provenance
 
 import trustlit
 from trustlit import CausalLMFineTuning
@@ -51,9 +48,10 @@ from trustlit.unlearning import (
     UnlearningEvaluation,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = "benchmarks/unlearning.py"
-DEFAULT_OUTPUT = "docs/benchmarks/unlearning.md"
+if not __package__:  # run as benchmarks/unlearning.py: import this repository's benchmarks package, not opacus's
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import REPO_ROOT, Report, StepTimer, bare_trainer, comma_list, quiet, table
+
 TOFU = REPO_ROOT.parent / "shared" / "data" / "tofu"
 TINY = {"hidden_size": 192, "num_layers": 4, "num_heads": 4, "max_positions": 256}
 MAX_LENGTH = 192
@@ -91,10 +89,6 @@ QUALITY_COLUMNS = {
 }
 
 
-def trainer(root: Path, callbacks: list[L.Callback] | None = None, **budget: int) -> L.Trainer:
-    return bare_trainer(callbacks or [], default_root_dir=str(root), **budget)
-
-
 # ---------------------------------------------------------------------------------------------- quality
 
 
@@ -116,7 +110,7 @@ def train_from_scratch(split: str, path: Path, args: argparse.Namespace) -> floa
         max_length=MAX_LENGTH,
         prompt_format="chat",
     )
-    fit = trainer(path.parent, max_epochs=args.epochs)
+    fit = bare_trainer(root=path.parent, max_epochs=args.epochs)
     began = time.perf_counter()
     fit.fit(module, data)
     fit.save_checkpoint(path)
@@ -178,7 +172,7 @@ def evaluate(module: L.LightningModule, root: Path, reference: Path | None, args
         max_length=MAX_LENGTH,
         prompt_format="chat",
     )
-    trainer(root, [callback], limit_test_batches=1).test(module, data, verbose=False)
+    bare_trainer([callback], root=root, limit_test_batches=1).test(module, data, verbose=False)
     return dict(callback.results)
 
 
@@ -198,7 +192,7 @@ def unlearn(name: str, target: Path, reference: Path, args: argparse.Namespace) 
     )
     root = args.workdir / name
     began = time.perf_counter()
-    trainer(root, max_epochs=1 if args.quick else epochs).fit(module, data)
+    bare_trainer(root=root, max_epochs=1 if args.quick else epochs).fit(module, data)
     wall = time.perf_counter() - began
     return {**evaluate(module, root, reference, args), "fit_seconds": wall, "epochs": 1 if args.quick else epochs}
 
@@ -226,16 +220,14 @@ def fmt(value: float | None, digits: int = 3) -> str:
 
 
 def render_quality(rows: dict[str, dict], train_seconds: dict[str, float], args: argparse.Namespace) -> str:
-    header = ["model", *QUALITY_COLUMNS.values(), "fit (s)"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for name, metrics in rows.items():
-        cells = [fmt(metrics.get(key)) for key in QUALITY_COLUMNS]
-        fit = metrics.get("fit_seconds")
-        lines.append(
-            f"| {name} | " + " | ".join(cells) + f" | {fit:.0f} |"
-            if fit
-            else f"| {name} | " + " | ".join(cells) + " | - |"
-        )
+    lines = [
+        [
+            name,
+            *(fmt(metrics.get(key)) for key in QUALITY_COLUMNS),
+            f"{fit:.0f}" if (fit := metrics.get("fit_seconds")) else "-",
+        ]
+        for name, metrics in rows.items()
+    ]
     before = rows["before (target)"]
     trained = ", ".join(f"{split}: {seconds:.0f} s" for split, seconds in train_seconds.items() if seconds) or "reused"
     simnpo, npo = rows.get("SimNPO"), rows.get("NPO")
@@ -272,7 +264,7 @@ Evaluation: `UnlearningEvaluation` on TOFU's `forget05_perturbed`, `retain_pertu
 `world_facts_perturbed` (greedy answers of up to 64 tokens), Forget Quality against the retain model's truth ratios.
 Fabrication = a forget answer that is neither a refusal nor correct (ROUGE-L recall < 0.5).
 
-{chr(10).join(lines)}
+{table(["model", *QUALITY_COLUMNS.values(), "fit (s)"], lines)}
 {verdict}{wall}"""
 
 
@@ -312,7 +304,7 @@ def cost_worker(name: str, lora: bool, args: argparse.Namespace) -> dict:
     baseline = resident_kib("VmRSS")
     module = method(lm=spec, generate=False, **kwargs)
     timer = StepTimer()
-    trainer(args.workdir / "cost", [timer], max_steps=args.cost_warmup + args.cost_steps).fit(module, data)
+    bare_trainer([timer], root=args.workdir / "cost", max_steps=args.cost_warmup + args.cost_steps).fit(module, data)
     return {
         "step_seconds": statistics.median(timer.seconds[args.cost_warmup :]),
         "peak_mib": (resident_kib("VmHWM") - baseline) / 1024,
@@ -350,13 +342,17 @@ def cost_section(args: argparse.Namespace) -> str:
     sim_lora, npo_lora = results["SimNPO", True], results["NPO", True]
     step_ratio = sim["step_seconds"] / npo["step_seconds"]
     memory_ratio = npo_lora["peak_mib"] / sim_lora["peak_mib"]
-    lines = ["| method | fine-tuning | step (s, median) | vs SimNPO | peak memory (MiB) |", "|---|---|---|---|---|"]
-    for (name, lora), r in results.items():
-        base = sim_lora if lora else sim
-        lines.append(
-            f"| {name} | {'LoRA r=8 (q, v)' if lora else 'full'} | {r['step_seconds']:.3f} | "
-            f"{r['step_seconds'] / base['step_seconds']:.2f}x | {r['peak_mib']:.0f} |"
-        )
+    lines = [
+        [
+            name,
+            "LoRA r=8 (q, v)" if lora else "full",
+            f"{r['step_seconds']:.3f}",
+            f"{r['step_seconds'] / (sim_lora if lora else sim)['step_seconds']:.2f}x",
+            f"{r['peak_mib']:.0f}",
+        ]
+        for (name, lora), r in results.items()
+    ]
+    header = ["method", "fine-tuning", "step (s, median)", "vs SimNPO", "peak memory (MiB)"]
     return f"""## Cost per step
 
 Model: `{args.cost_model}`; TOFU forget05/retain95, forget + retain batches of {COST_BATCH} + {COST_BATCH} (cut at
@@ -365,7 +361,7 @@ AdamW; median over {args.cost_steps} steps after {args.cost_warmup} warm-up step
 process's peak resident set (VmHWM, reset before the module is built) over its resident set at that moment: model,
 reference copy, optimiser state and activations. Each row is a fresh process.
 
-{chr(10).join(lines)}
+{table(header, lines)}
 
 - SimNPO step / NPO step (full fine-tuning): **{step_ratio:.2f}x**
   (target <= 0.75x, {"met" if step_ratio <= 0.75 else "missed"}).
@@ -379,11 +375,17 @@ reference copy, optimiser state and activations. Each row is a fresh process.
 SECTIONS = {"quality": quality_section, "cost": cost_section}
 
 
+REPORT = Report(
+    "Unlearning benchmarks",
+    "benchmarks/unlearning.py",
+    "docs/benchmarks/unlearning.md",
+    SECTIONS,
+    f"trustlit {trustlit.__version__}",
+)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, from {', '.join(SECTIONS)}")
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (1 epoch, few evaluation samples)")
-    parser.add_argument("--output", default=DEFAULT_OUTPUT, help="markdown report (relative: to the repo)")
+    parser = REPORT.parser(__doc__.splitlines()[0], "a fast smoke run (1 epoch, few evaluation samples)")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     parser.add_argument("--tofu", type=Path, default=TOFU, help="directory of TOFU's JSON Lines files")
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / "runs" / "benchmarks" / "unlearning")
@@ -398,17 +400,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--train-worker", help=argparse.SUPPRESS)
     parser.add_argument("--train-output", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--lora", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = REPORT.parse(parser, argv)
     args.epochs = args.epochs or (1 if args.quick else 12)
     args.eval_samples = args.eval_samples or (16 if args.quick else None)
-    args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [s for s in args.sections if s not in SECTIONS] + [m for m in args.methods if m not in METHODS]
+    args.methods = comma_list(args.methods)
+    unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
-        parser.error(f"unknown sections or methods {unknown}")
+        parser.error(f"unknown methods {unknown}")
     if not (args.tofu / "full.json").is_file():
         parser.error(f"TOFU not found in {args.tofu} (full.json missing): give --tofu")
-    args.command = shlex.join([".venv/bin/python", SCRIPT, *(sys.argv[1:] if argv is None else argv)])
     return args
 
 
@@ -418,24 +418,10 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     if args.train_worker:
         print(train_from_scratch(args.train_worker, args.train_output, args))
-        return
-    if args.cost_worker:
+    elif args.cost_worker:
         print(json.dumps(cost_worker(args.cost_worker, args.lora, args)))
-        return
-    output = args.output if Path(args.output).is_absolute() else REPO_ROOT / args.output
-    output = Path(output)
-    sections = read_sections(output)
-    for name in args.sections:
-        load_before = os.getloadavg()[0]
-        text = SECTIONS[name](args)
-        sections[name] = with_provenance(
-            text, provenance(args.command, args.quick, load_before, f"trustlit {trustlit.__version__}")
-        )
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(render_report("Unlearning benchmarks", SCRIPT, list(SECTIONS), sections), encoding="utf-8")
-    for name in args.sections:
-        print(sections[name])
-    print(f"written to {output}")
+    else:
+        REPORT.run(args)
 
 
 if __name__ == "__main__":
