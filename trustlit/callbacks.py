@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from collections import defaultdict
 from types import FrameType
+from typing import Any
 
 import lightning as L
 from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.pytorch.callbacks import ModelSummary, RichProgressBar
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.model_summary.model_summary import _format_summary_table
 from rich.console import Console
 from rich.table import Table
+
+# Wide enough that no metric name is cut when the output is a file (a SLURM log), not a terminal.
+FILE_WIDTH = 1000
 
 
 def split_metrics(metrics: dict[str, float], stage: str) -> dict[str, dict[str, float]]:
@@ -39,7 +46,10 @@ class SplitMetricsTable(L.Callback):
             table.add_column(metric, justify="right")
         for split, row in rows.items():
             table.add_row(split, *(f"{row[m]:.4f}" if m in row else "-" for m in metrics))
-        Console().print(table)
+        console = Console()
+        if not console.is_terminal:
+            console.width = FILE_WIDTH
+        console.print(table)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._print(trainer, "val")
@@ -85,3 +95,63 @@ class RequeueAtBatchEnd(L.Callback):
         if trainer.strategy.reduce_boolean_decision(self.requested, all=False):
             self.requested = False
             self._lightning_handler(self._signal, None)
+
+
+class CheckFeatureCount(L.Callback):
+    """Refuses, at setup, a model whose ``num_features`` differs from the data's, naming both (the
+    mismatch otherwise surfaces as a shape error deep in the first forward)."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        expected = pl_module.hparams.get("num_features") if hasattr(pl_module, "hparams") else None
+        try:
+            actual = getattr(trainer.datamodule, "num_features", None)
+        except (KeyError, AttributeError):  # a data module that has not built the split that tells
+            return
+        if isinstance(expected, int) and isinstance(actual, int) and expected != actual:
+            raise ValueError(
+                f"model.init_args.num_features={expected} but the data ({type(trainer.datamodule).__name__}) "
+                f"has {actual} features: set --model.init_args.num_features={actual}"
+            )
+
+
+class QuietProgressBar(RichProgressBar):
+    """Rich progress bar without the logger's version number (``v_num``), which is not a metric."""
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        return items
+
+
+class QuietModelSummary(ModelSummary):
+    """Lightning's model summary without its FLOPs column and total, which read 0 unless measured."""
+
+    @staticmethod
+    def summarize(
+        summary_data: list[tuple[str, list[str]]],
+        total_parameters: int,
+        trainable_parameters: int,
+        model_size: float,
+        total_training_modes: dict[str, int],
+        total_flops: int,
+        **summarize_kwargs: Any,
+    ) -> None:
+        columns = [column for column in summary_data if column[0] != "FLOPs"]
+        table = _format_summary_table(
+            total_parameters, trainable_parameters, model_size, total_training_modes, total_flops, *columns
+        )
+        lines = [line for line in table.splitlines() if "total flops" not in line.lower()]
+        logging.getLogger("lightning.pytorch.callbacks.model_summary").info("\n" + "\n".join(lines))
+
+
+class _DropTips(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tip:" not in record.getMessage()
+
+
+def drop_lightning_tips() -> None:
+    """Silences Lightning's advertising (the litlogger tip), logged through its rank-zero logger."""
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _DropTips) for f in log.filters):
+            log.addFilter(_DropTips())

@@ -13,7 +13,9 @@ packages of the classes the recipe names (:mod:`trustlit.registry`).
 
 from __future__ import annotations
 
+import os
 import sys
+from argparse import ArgumentError
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,9 +70,13 @@ def run_cli(args: list[str] | None = None) -> Any:
     return run_lightning_cli(args)
 
 
-def main(args: list[str] | None = None) -> None:
-    """Entry point of ``trustlit``; ``args`` replaces ``sys.argv[1:]`` (tests call it in-process)."""
-    argv = sys.argv[1:] if args is None else list(args)
+# What a user can get wrong: bad values and keys, missing or malformed files. Anything else is a bug and
+# keeps its traceback.
+USER_ERRORS = (ValueError, OSError, KeyError, TypeError, RuntimeError, ArgumentError)
+USAGE_ERRORS = ("ConfigError", "ArgumentError", "MisconfigurationException")
+
+
+def _dispatch(argv: list[str]) -> None:
     command = argv[0] if argv else None
     if command in (None, "-h", "--help", "help"):
         print(usage())
@@ -86,6 +92,30 @@ def main(args: list[str] | None = None) -> None:
         run_cli(argv)
     else:
         raise SystemExit(f"trustlit: unknown command '{command}'; valid are {[*LIGHTNING_COMMANDS, *LIGHT_COMMANDS]}")
+
+
+def _is_user_error(error: Exception) -> bool:
+    return isinstance(error, USER_ERRORS) or any(c.__name__ == "MisconfigurationException" for c in type(error).__mro__)
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of ``trustlit``; ``args`` replaces ``sys.argv[1:]`` (tests call it in-process).
+
+    An error prints ``trustlit: error: <one line>`` and exits with 2 (a bad key or value) or 1;
+    ``--debug`` (anywhere) or ``TRUSTLIT_DEBUG=1`` lets it through with its traceback."""
+    argv = sys.argv[1:] if args is None else list(args)
+    debug = "--debug" in argv or os.environ.get("TRUSTLIT_DEBUG", "") not in ("", "0")
+    argv = [arg for arg in argv if arg != "--debug"]
+    try:
+        _dispatch(argv)
+    except Exception as error:
+        if debug or not _is_user_error(error):
+            raise
+        from trustlit.errors import one_line, root_message
+
+        print(f"trustlit: error: {one_line(root_message(error))}", file=sys.stderr)
+        usage_error = any(c.__name__ in USAGE_ERRORS for c in type(error).__mro__)
+        raise SystemExit(2 if usage_error else 1) from None
 
 
 if __name__ == "__main__":
