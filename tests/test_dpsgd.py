@@ -160,14 +160,14 @@ def test_unsupported_layers_are_refused_with_the_fix():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"target_epsilon": 0.0}, "target_epsilon must be > 0"),
-        ({"target_epsilon": -1.0}, "target_epsilon must be > 0"),
-        ({"noise_multiplier": 1.0, "target_delta": 1.0}, "target_delta must lie in \\(0, 1\\)"),
-        ({"noise_multiplier": 1.0, "target_delta": 0.0}, "target_delta must lie in \\(0, 1\\)"),
-        ({"noise_multiplier": 1.0, "max_grad_norm": 0.0}, "max_grad_norm must be > 0"),
+        ({"target_epsilon": 0.0}, r"DPSGD: target_epsilon=0\.0 is invalid, expected a number > 0"),
+        ({"target_epsilon": -1.0}, r"DPSGD: target_epsilon=-1\.0 is invalid, expected a number > 0"),
+        ({"noise_multiplier": 1.0, "target_delta": 1.0}, r"target_delta=1\.0 is invalid, expected a number in \(0, 1"),
+        ({"noise_multiplier": 1.0, "target_delta": 0.0}, r"target_delta=0\.0 is invalid, expected a number in \(0, 1"),
+        ({"noise_multiplier": 1.0, "max_grad_norm": 0.0}, r"max_grad_norm=0\.0 is invalid, expected a number > 0"),
         ({}, "exactly one of noise_multiplier and target_epsilon"),
         ({"noise_multiplier": 1.0, "target_epsilon": 1.0}, "exactly one of"),
-        ({"noise_multiplier": 1.0, "accountant": "moments"}, "accountant must be one of"),
+        ({"noise_multiplier": 1.0, "accountant": "moments"}, "accountant='moments' is invalid, expected one of"),
         ({"noise_multiplier": 1.0, "grad_sample_mode": "ghost", "clipping": "per_layer"}, "flat"),
     ],
 )

@@ -14,6 +14,7 @@ from trustlit.privacy.mechanisms import (
     analytic_gaussian_sigma,
     classic_gaussian_sigma,
     gaussian_mechanism_delta,
+    gaussian_mechanism_epsilon,
 )
 
 EPSILONS = [0.01, 0.1, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0]
@@ -183,3 +184,20 @@ def test_gaussian_noise_refuses_bad_input():
         add_gaussian_noise(np.zeros(3), 1.0, torch.Generator())
     with pytest.raises(TypeError, match=r"torch\.Generator"):
         add_gaussian_noise(torch.zeros(3), 1.0, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 5.0])
+@pytest.mark.parametrize("delta", [1e-5, 1e-2])
+def test_gaussian_mechanism_epsilon_inverts_the_exact_delta(epsilon, delta):
+    sigma = analytic_gaussian_sigma(epsilon, delta, 1.0)  # the sigma at which (epsilon, delta) is tight
+    assert gaussian_mechanism_epsilon(delta, sigma, 1.0) == pytest.approx(epsilon, rel=1e-6)
+    found = gaussian_mechanism_epsilon(delta, 2.0, 3.0)
+    assert gaussian_mechanism_delta(found, 2.0, 3.0) == pytest.approx(delta, rel=1e-6)
+
+
+def test_gaussian_mechanism_epsilon_matches_gaussian_dp_closed_form():
+    mu, delta = 1.7, 1e-5  # mu-GDP: delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu)
+    epsilon = gaussian_mechanism_epsilon(delta, 1.0, mu)
+    closed = norm.cdf(mu / 2 - epsilon / mu) - math.exp(epsilon) * norm.cdf(-mu / 2 - epsilon / mu)
+    assert closed == pytest.approx(delta, rel=1e-6)
+    assert gaussian_mechanism_epsilon(0.5, 100.0, 1.0) == 0.0, "delta(0) <= delta: no epsilon is spent"

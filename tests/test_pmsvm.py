@@ -377,16 +377,17 @@ def test_mismatched_shapes_are_refused():
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("epsilon", 0.0, "epsilon must be a finite number > 0"),
-        ("epsilon", -1.0, "epsilon must be a finite number > 0"),
-        ("delta", 0.0, r"delta must be a finite number in the open interval \(0, 1\)"),
-        ("delta", 1.0, r"delta must be a finite number in the open interval \(0, 1\)"),
-        ("lam", 0.0, "lam must be a finite number > 0"),
-        ("lam", -0.5, "lam must be a finite number > 0"),
-        ("mu", -1.0, "mu must be a finite number >= 0"),
-        ("smoothing", 0.0, "smoothing must be a finite number > 0"),
-        ("mechanism", "laplace", "mechanism must be one of"),
-        ("num_classes", 1, "num_classes >= 2"),
+        ("epsilon", 0.0, r"PMSVM: epsilon=0\.0 is invalid, expected a number > 0"),
+        ("epsilon", -1.0, r"epsilon=-1\.0 is invalid, expected a number > 0"),
+        ("delta", 0.0, r"delta=0\.0 is invalid, expected a number in \(0, 1\)"),
+        ("delta", 1.0, r"delta=1\.0 is invalid, expected a number in \(0, 1\)"),
+        ("lam", 0.0, r"lam=0\.0 is invalid, expected a number > 0"),
+        ("lam", -0.5, r"lam=-0\.5 is invalid, expected a number > 0"),
+        ("mu", -1.0, r"mu=-1\.0 is invalid, expected a number >= 0"),
+        ("smoothing", 0.0, r"smoothing=0\.0 is invalid, expected a number > 0"),
+        ("lam", math.inf, "lam=inf is invalid, expected a finite number"),
+        ("mechanism", "laplace", "mechanism='laplace' is invalid, expected one of"),
+        ("num_classes", 1, "num_classes=1 is invalid, expected an integer >= 2"),
     ],
 )
 def test_bad_hyperparameters_are_refused(key, value, message):

@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trustlit.hparams import NonNegativeFloat, PositiveFloat, PositiveInt, check_arguments, plain_numbers
 from trustlit.metrics import log_accuracy
-from trustlit.privacy.dpsgd import PerSampleLossModule
+from trustlit.per_sample import PerSampleLossModule
 
 
 class MLPClassifier(PerSampleLossModule):
@@ -27,20 +28,24 @@ class MLPClassifier(PerSampleLossModule):
 
     def __init__(
         self,
-        num_features: int = 64,
-        num_classes: int = 10,
+        num_features: PositiveInt = 64,
+        num_classes: PositiveInt = 10,
         hidden_sizes: list[int] | None = None,
         optimizer: Literal["sgd", "adam"] = "sgd",
-        lr: float = 0.1,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        lr: PositiveFloat = 0.1,
+        momentum: NonNegativeFloat = 0.0,
+        weight_decay: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__()
+        check_arguments(MLPClassifier.__init__, locals())
         if optimizer not in ("sgd", "adam"):
-            raise ValueError(f"optimizer must be 'sgd' or 'adam', got '{optimizer}'")
-        if num_features < 1 or num_classes < 2:
-            raise ValueError(f"need num_features >= 1 and num_classes >= 2, got {num_features}, {num_classes}")
+            raise ValueError(f"MLPClassifier: optimizer={optimizer!r} is invalid, expected 'sgd' or 'adam'")
+        if num_classes < 2:
+            raise ValueError(f"MLPClassifier: num_classes={num_classes!r} is invalid, expected an integer >= 2")
+        if hidden_sizes is not None and any(width < 1 for width in hidden_sizes):
+            raise ValueError(f"MLPClassifier: hidden_sizes={hidden_sizes!r} is invalid, expected widths >= 1")
         self.save_hyperparameters()
+        plain_numbers(self.hparams)
         widths = [num_features, *(hidden_sizes if hidden_sizes is not None else [64])]
         layers: list[nn.Module] = []
         for width_in, width_out in itertools.pairwise(widths):

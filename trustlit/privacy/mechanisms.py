@@ -91,6 +91,28 @@ def gaussian_mechanism_delta(epsilon: float, sigma: float, sensitivity: float) -
     return math.exp(_log_delta(epsilon, sigma / sensitivity))
 
 
+def gaussian_mechanism_epsilon(delta: float, sigma: float, sensitivity: float) -> float:
+    """The exact ε at ``delta`` of the Gaussian mechanism: the smallest ε >= 0 with δ(ε, σ) <= δ.
+
+    δ(ε, σ) decreases in ε (formula in :func:`gaussian_mechanism_delta`), so ε is its root; 0 when
+    δ(0, σ) <= δ already. With μ = Δ/σ this is the ε of a μ-Gaussian-DP mechanism (e.g. T
+    full-batch DP-SGD steps with noise multiplier σ have μ = sqrt(T)/σ).
+    """
+    delta = _check_delta(delta)
+    t = _check_positive("sigma", sigma) / _check_positive("sensitivity", sensitivity)
+    log_target = math.log(delta)
+
+    def excess(epsilon: float) -> float:  # log δ(ε, σ) − log δ, decreasing in ε
+        return _log_delta(epsilon, t) - log_target
+
+    if excess(0.0) <= 0:
+        return 0.0
+    high = 1.0
+    while excess(high) > 0:
+        high *= 2.0
+    return brentq(excess, 0.0, high, xtol=1e-12, maxiter=1000)
+
+
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float, tol: float = 1e-12) -> float:
     """The smallest σ with δ(ε, σ) ≤ δ: the analytic Gaussian mechanism (Balle & Wang 2018, Alg. 1).
 

@@ -61,8 +61,17 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
+from trustlit.hparams import (
+    NonNegativeFloat,
+    OpenUnitInterval,
+    PositiveFloat,
+    PositiveInt,
+    check_arguments,
+    plain_numbers,
+)
 from trustlit.metrics import log_accuracy
-from trustlit.privacy.dpsgd import DPSGD, PerSampleLossModule
+from trustlit.per_sample import PerSampleLossModule
+from trustlit.privacy.dpsgd import DPSGD
 from trustlit.privacy.svm import (
     check_row_norms,
     crammer_singer_sensitivity,
@@ -98,37 +107,28 @@ class PMSVM(PerSampleLossModule):
     def __init__(
         self,
         mechanism: Mechanism = "weight",
-        num_features: int = 64,
-        num_classes: int = 10,
-        epsilon: float = 1.0,
-        delta: float = 1e-5,
-        lam: float = 0.01,
-        mu: float = 1e-3,
-        smoothing: float = 1.0,
-        lr: float = 0.1,
+        num_features: PositiveInt = 64,
+        num_classes: PositiveInt = 10,
+        epsilon: PositiveFloat = 1.0,
+        delta: OpenUnitInterval = 1e-5,
+        lam: PositiveFloat = 0.01,
+        mu: NonNegativeFloat = 1e-3,
+        smoothing: PositiveFloat = 1.0,
+        lr: PositiveFloat = 0.1,
         seed: int | None = None,
     ) -> None:
         super().__init__()
+        check_arguments(PMSVM.__init__, locals())
         allowed = EXACT_MECHANISMS + GRADIENT_MECHANISMS
         if mechanism not in allowed:
-            raise ValueError(f"mechanism must be one of {allowed}, got '{mechanism}'")
-        if num_features < 1 or num_classes < 2:
-            raise ValueError(
-                f"num_features must be >= 1 and num_classes >= 2, got num_features={num_features}, "
-                f"num_classes={num_classes}"
-            )
-        checks = (
-            ("epsilon", epsilon, "> 0", epsilon > 0),
-            ("delta", delta, "in the open interval (0, 1)", 0 < delta < 1),
-            ("lam", lam, "> 0", lam > 0),
-            ("mu", mu, ">= 0", mu >= 0),
-            ("smoothing", smoothing, "> 0", smoothing > 0),
-            ("lr", lr, "> 0", lr > 0),
-        )
-        for key, value, valid_range, ok in checks:
-            if not (ok and math.isfinite(value)):
-                raise ValueError(f"{key} must be a finite number {valid_range}, got {value}")
+            raise ValueError(f"PMSVM: mechanism={mechanism!r} is invalid, expected one of {allowed}")
+        if num_classes < 2:
+            raise ValueError(f"PMSVM: num_classes={num_classes!r} is invalid, expected an integer >= 2")
+        for key, value in {"epsilon": epsilon, "lam": lam, "mu": mu, "smoothing": smoothing, "lr": lr}.items():
+            if not math.isfinite(value):
+                raise ValueError(f"PMSVM: {key}={value!r} is invalid, expected a finite number")
         self.save_hyperparameters()
+        plain_numbers(self.hparams)
         self.linear = nn.Linear(num_features, num_classes, bias=False)
         nn.init.zeros_(self.linear.weight)
         self.register_buffer("released", torch.zeros((), dtype=torch.bool))
