@@ -110,7 +110,15 @@ def describe_loader(loader: torch.utils.data.DataLoader) -> str:
 
 
 def load_recipe() -> dict[str, Any]:
-    return yaml.safe_load((REPO_ROOT / RECIPE).read_text(encoding="utf-8"))
+    """The recipe, with a top-level value that names another YAML file (a fragment) replaced by that file's content."""
+    path = REPO_ROOT / RECIPE
+    recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return {
+        key: yaml.safe_load((path.parent / value).read_text(encoding="utf-8"))
+        if isinstance(value, str) and value.endswith((".yaml", ".yml"))
+        else value
+        for key, value in recipe.items()
+    }
 
 
 def run_trustlit(total_steps: int) -> Run:
