@@ -25,30 +25,10 @@ and predicts argmax_k s_k. ``mechanism`` selects how W is made private:
   or the analytic calibration.
 - ``non_private``: the exact Crammer–Singer solution, no noise (the upper baseline).
 
-**The exact mechanisms** (``weight``, ``ovr_*``, ``non_private``) make no gradient steps:
-``training_step`` collects the batches ``(x, y, index)`` of one epoch (refusing any row with
-||x|| > 1 + 1e-6; bound rows with ``TabularDataModule(row_norm="clip" | "normalize")``), and
-at the last batch of the first epoch solves on all of them, adds the noise and writes the
-released W into ``self.linear.weight``, so checkpoints hold only the released model (the
-noiseless solution is never stored). The release happens at the last batch rather than in
-``on_train_epoch_end`` because Lightning validates and checkpoints before that hook runs. It
-logs ``dp/epsilon``, ``dp/delta``, ``dp/sigma`` and ``dp/sensitivity`` (per binary classifier
-for ``ovr_*``; ``non_private`` logs ``dp/sigma`` = 0 and the sensitivity only).
-
-The release happens **once**: a buffer ``released`` (saved in checkpoints) marks it, training
-then stops, and further epochs, resumed runs or a second ``fit`` never solve or add noise again
-(that would spend the budget twice); build a new module to release again. n (the number of
-collected rows: all training rows, unless ``limit_train_batches`` or ``fast_dev_run`` cut the
-epoch), d and c are treated as public. The exact mechanisms run on one process
-(``devices=1``) and refuse the DPSGD callback. Each collected batch takes one no-op optimiser
-step, so ``global_step`` counts batches and checkpointing works as usual.
-
-The released noise comes from ``numpy.random.default_rng(seed)``: ``seed=None`` (default)
-draws fresh OS entropy; a fixed seed makes experiments reproducible but lets anyone who knows
-it subtract the noise. ``seed_everything`` does not touch it. Caveats shared with most DP
-code: the guarantee assumes the exact minimiser, and liblinear stops at a tolerance of 1e-10
-(the remaining error is many orders below σ but is not accounted); and floating-point
-Gaussian samples are not exactly Gaussian (Mironov, CCS 2012).
+The exact mechanisms collect one epoch of batches ``(x, y, index)`` (rows with ||x|| <= 1), solve
+on all of them at the last batch of the first epoch and release W once (a ``released`` buffer);
+the gradient mechanisms train under DPSGD. Notes (release once, what is public, noise seeds,
+caveats, the paper's code): docs/methods/pmsvm.md
 """
 
 from __future__ import annotations
@@ -101,7 +81,7 @@ class PMSVM(PerSampleLossModule):
         smoothing: h > 0 of the smoothed hinge (h = 1, the softmax-like smoothing of the
             authors' gradient code; smaller h is closer to the hinge).
         lr: learning rate of SGD (``gradient``) or Adam (``adaptive_gradient``).
-        seed: seed of the released noise (None: fresh entropy; see the module docstring).
+        seed: seed of the released noise (None: fresh entropy; a known seed lets anyone subtract the noise).
     """
 
     def __init__(
