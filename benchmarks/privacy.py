@@ -1,6 +1,7 @@
 """Privacy benchmarks: accuracy vs epsilon, DP-SGD overhead and a canary-based privacy audit.
 
     .venv/bin/python benchmarks/privacy.py [--sections accuracy,overhead,audit] [--quick] [--output PATH]
+    .venv/bin/python -m benchmarks.privacy ...    (the same)
 
 Each section is one function of :data:`SECTIONS` that returns its markdown. The report
 (``docs/benchmarks/privacy.md`` by default) holds one delimited block per section: the sections
@@ -15,8 +16,11 @@ alone (``--sections audit``). Every block records its own command, date, machine
 - ``audit``: a black-box, canary-based empirical lower bound on epsilon (Jagielski et al., NeurIPS
   2020; Nasr et al., IEEE S&P 2021). It must stay below the claimed epsilon for DP-SGD and PMSVM-WP
   and exceed it for a deliberately broken mechanism (noise off), which shows that the audit can fail.
-  Another mechanism joins the audit through :class:`AuditCase` (a ``train_and_score(include_canary,
-  seed) -> float`` callable and its claimed epsilon), listed in :func:`audit_cases`.
+  The audit itself (threshold test, Clopper–Pearson bounds, held-out evaluation) is
+  :func:`trustlit.audit.run_canary_audit`; this script holds the set-ups (models, data, canaries)
+  and the report. Another mechanism joins the audit through :class:`AuditCase` (a
+  ``train_and_score(include_canary, seed) -> float`` callable and its claimed epsilon), listed in
+  :func:`audit_cases`.
 
 Adding a section: a function ``(args) -> str`` returning its markdown (a ``## `` title first; the
 provenance lines are added under it), one entry in :data:`SECTIONS`, and its options in
@@ -38,32 +42,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+# the sibling scripts (common.py, privacy_accuracy.py) import each other by file name: make that work under
+# `python -m benchmarks.privacy` too (as a script, sys.path[0] is this directory already)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 import lightning as L
 import numpy as np
 import opacus
 import scipy
 import torch
 import torch.nn.functional as F
-from common import (  # beside this script (sys.path[0])
-    bare_trainer,
-    quiet,
-    read_sections,
-    render_report,
-    with_provenance,
-)
-from common import provenance as common_provenance
-from opacus.accountants import create_accountant
-from opacus.accountants.utils import get_noise_multiplier
-from privacy_accuracy import accuracy_section  # beside this script (sys.path[0])
-from scipy.optimize import brentq
-from scipy.stats import beta, norm
+from common import bare_trainer, provenance, quiet, read_sections, render_report, with_provenance
+from privacy_accuracy import accuracy_section
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from trustlit.audit import CanaryAudit, run_canary_audit
 from trustlit.classifiers import MLPClassifier
 from trustlit.data.tabular import TabularDataModule, bound_row_norms
 from trustlit.privacy import DPSGD, PerSampleLossModule
-from trustlit.privacy.mechanisms import add_gaussian_noise, analytic_gaussian_sigma
+from trustlit.privacy.dpsgd.accounting import calibrate_noise, history_epsilon
+from trustlit.privacy.mechanisms import add_gaussian_noise, analytic_gaussian_sigma, gaussian_mechanism_epsilon
 from trustlit.privacy.svm import crammer_singer_sensitivity, fit_crammer_singer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -74,13 +73,9 @@ SCRIPT = "benchmarks/privacy.py"
 # -- common ----------------------------------------------------------------------------------
 
 
-def trainer(max_steps: int, callbacks: list[L.Callback]) -> L.Trainer:
-    return bare_trainer(callbacks, max_steps=max_steps, max_epochs=-1)
-
-
-def provenance(args: argparse.Namespace) -> str:
+def section_provenance(args: argparse.Namespace) -> str:
     versions = f"opacus {opacus.__version__}, scipy {scipy.__version__}"
-    return common_provenance(args.command, args.quick, getattr(args, "load_before", None), versions)
+    return provenance(args.command, args.quick, getattr(args, "load_before", None), versions)
 
 
 def ms(seconds: float) -> str:
@@ -174,8 +169,9 @@ OVERHEAD_MODELS = (
 )
 
 
-class StepTimer(L.Callback):
-    """``time.perf_counter()`` and ``batch_idx`` at every ``on_train_batch_start``."""
+class StepStarts(L.Callback):
+    """``time.perf_counter()`` and ``batch_idx`` at every ``on_train_batch_start``: a step is start to start
+    (data loading and the batch-end hooks included), unlike ``common.StepTimer`` (batch start to batch end)."""
 
     def __init__(self) -> None:
         self.starts: list[float] = []
@@ -213,11 +209,12 @@ def time_steps(model: OverheadModel, mode: str | None, warmup: int, steps: int, 
     torch.manual_seed(0)  # the same initial weights for every variant
     module = model.build()
     data = TabularDataModule("digits", batch_size=OVERHEAD_BATCH)
-    timer = StepTimer()
+    timer = StepStarts()
     callbacks: list[L.Callback] = [timer]
     if mode is not None:
         callbacks.append(DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, grad_sample_mode=mode, poisson_sampling=False))
-    trainer(warmup + steps + 1, callbacks).fit(module, datamodule=data)  # one more start closes the last step
+    budget = {"max_steps": warmup + steps + 1, "max_epochs": -1}  # one more start closes the last step
+    bare_trainer(callbacks, **budget).fit(module, datamodule=data)
     times = [b - a for a, b in zip(timer.starts[:-1], timer.starts[1:], strict=True)][warmup:]
     if len(times) != steps:
         raise RuntimeError(f"{model.name}/{mode}: {len(timer.starts)} steps started, {warmup + steps + 1} needed")
@@ -229,7 +226,7 @@ def time_steps(model: OverheadModel, mode: str | None, warmup: int, steps: int, 
 def prv_epsilon_seconds(sample_rate: float, steps: int) -> float:
     """Seconds one ``DPSGD(accountant="prv").epsilon`` takes (it is logged at every epoch end)."""
     began = time.perf_counter()
-    prv_epsilon(1.0, sample_rate, steps, 1e-5)
+    history_epsilon("prv", [(1.0, sample_rate, steps)], 1e-5)
     return time.perf_counter() - began
 
 
@@ -409,123 +406,29 @@ class AuditCase:
     best_shift: float | None = None
 
 
-@dataclass(frozen=True)
-class Test:
-    """Predict "member" on ``score >= threshold`` (or ``<``); ``numerator`` is the population whose
-    hit rate is bounded from below (``in``: log((TPR - delta) / FPR); ``out``: the reverse pair)."""
-
-    threshold: float
-    above: bool
-    numerator: Literal["in", "out"]
-
-    def hits(self, scores: np.ndarray) -> int:
-        return int(np.sum(scores >= self.threshold if self.above else scores < self.threshold))
-
-    def describe(self) -> str:
-        event = f"score {'>=' if self.above else '<'} {self.threshold:.4g}"
-        return f"{event}, {'P_in/P_out' if self.numerator == 'in' else 'P_out/P_in'}"
-
-
-def cp_lower(k: int, n: int, alpha: float) -> float:
-    """One-sided Clopper–Pearson lower bound (level 1 - alpha) on a binomial rate, k hits of n."""
-    return 0.0 if k == 0 else float(beta.ppf(alpha, k, n - k + 1))
-
-
-def cp_upper(k: int, n: int, alpha: float) -> float:
-    """One-sided Clopper–Pearson upper bound (level 1 - alpha) on a binomial rate, k hits of n."""
-    return 1.0 if k == n else float(beta.ppf(1 - alpha, k + 1, n - k))
-
-
-def epsilon_lower_bound(test: Test, scores_in: np.ndarray, scores_out: np.ndarray, delta: float, alpha: float) -> float:
-    """log((P_a(E) - delta) / P_b(E)) with P_a bounded below, P_b above (each at level 1 - alpha/2); >= 0."""
-    a, b = (scores_in, scores_out) if test.numerator == "in" else (scores_out, scores_in)
-    low = cp_lower(test.hits(a), len(a), alpha / 2) - delta
-    high = cp_upper(test.hits(b), len(b), alpha / 2)
-    return max(0.0, math.log(low / high)) if low > 0 else 0.0
-
-
-def point_estimate(test: Test, scores_in: np.ndarray, scores_out: np.ndarray, delta: float) -> float:
-    """log((P_a(E) - delta) / P_b(E)) from smoothed rates ((k + 1/2) / (n + 1)): breaks ties between tests."""
-    a, b = (scores_in, scores_out) if test.numerator == "in" else (scores_out, scores_in)
-    low = (test.hits(a) + 0.5) / (len(a) + 1) - delta
-    return math.log(low / ((test.hits(b) + 0.5) / (len(b) + 1))) if low > 0 else -math.inf
-
-
-def best_test(scores_in: np.ndarray, scores_out: np.ndarray, delta: float, alpha: float) -> tuple[Test, float]:
-    """The threshold, direction and neighbour order with the largest bound on these scores (ties: the
-    largest point estimate); returns the test and its bound on these scores."""
-    values = np.unique(np.concatenate([scores_in, scores_out]))
-    thresholds = np.concatenate([[values[0] - 1.0], (values[1:] + values[:-1]) / 2, [values[-1] + 1.0]])
-    best, best_key = Test(float(thresholds[0]), True, "in"), (-1.0, -math.inf)
-    for threshold in thresholds:
-        for above in (True, False):
-            for numerator in ("in", "out"):
-                test = Test(float(threshold), above, numerator)
-                key = (
-                    epsilon_lower_bound(test, scores_in, scores_out, delta, alpha),
-                    point_estimate(test, scores_in, scores_out, delta),
-                )
-                if key > best_key:
-                    best, best_key = test, key
-    return best, best_key[0]
-
-
 @dataclass
 class AuditResult:
+    """One audited mechanism: its case, the audit's scores and bounds (:class:`~trustlit.audit.CanaryAudit`)."""
+
     case: AuditCase
-    scores_in: np.ndarray
-    scores_out: np.ndarray
-    selection: int  # runs per side used to choose the test; the rest evaluate it
-    test: Test
-    epsilon_lb: float  # the test chosen on the selection runs, evaluated on the others: a valid bound
-    epsilon_lb_optimistic: float  # the best test on all runs: not a valid bound (the test was fitted)
-    ceiling: float  # the largest bound the evaluation runs can give (perfect separation)
-    seconds: float
+    audit: CanaryAudit
     details: str = ""
 
     @property
-    def evaluation(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.scores_in[self.selection :], self.scores_out[self.selection :]
-
-    @property
     def passed(self) -> bool:
-        below = self.epsilon_lb < self.case.claimed_epsilon
+        below = self.audit.epsilon_lb < self.case.claimed_epsilon
         return below if self.case.expect == "below" else not below
 
 
 def run_audit(case: AuditCase, runs: int, alpha: float = 1 - AUDIT_CONFIDENCE) -> AuditResult:
-    """Train ``runs`` models with the canary and ``runs`` without; bound epsilon from the canary's scores.
+    """The canary audit of ``case`` over ``runs`` trainings per side (:func:`~trustlit.audit.run_canary_audit`)."""
 
-    The first half of each side chooses the test (threshold, direction, neighbour order) by the
-    bound it gives there; the second half evaluates it. Each of the two rates gets a one-sided
-    Clopper–Pearson bound at level 1 - alpha/2, so the bound holds with probability >= 1 - alpha.
-    """
-    start = time.perf_counter()
-    scores_in, scores_out = [], []
-    for i in range(runs):  # alternate, so that a drifting machine affects both sides alike
-        scores_in.append(case.train_and_score(True, 2 * i))
-        scores_out.append(case.train_and_score(False, 2 * i + 1))
-        if (i + 1) % max(1, runs // 4) == 0:
-            print(f"audit: {case.name}: {i + 1}/{runs} runs per side", flush=True)
-    s_in, s_out = np.asarray(scores_in, dtype=np.float64), np.asarray(scores_out, dtype=np.float64)
-    half = runs // 2
-    test, _ = best_test(s_in[:half], s_out[:half], case.delta, alpha)
-    epsilon_lb = epsilon_lower_bound(test, s_in[half:], s_out[half:], case.delta, alpha)
-    _, optimistic = best_test(s_in, s_out, case.delta, alpha)
-    n_in, n_out = runs - half, runs - half
-    ceiling = math.log((cp_lower(n_in, n_in, alpha / 2) - case.delta) / cp_upper(0, n_out, alpha / 2))
-    return AuditResult(
-        case,
-        s_in,
-        s_out,
-        half,
-        test,
-        epsilon_lb,
-        optimistic,
-        ceiling,
-        time.perf_counter() - start,
-        case.details() if case.details else "",
-    )
+    def progress(done: int) -> None:
+        if done % max(1, runs // 4) == 0:
+            print(f"audit: {case.name}: {done}/{runs} runs per side", flush=True)
+
+    audit = run_canary_audit(case.train_and_score, runs, case.delta, alpha, on_progress=progress)
+    return AuditResult(case, audit, case.details() if case.details else "")
 
 
 class BatchedTensorDataset(TensorDataset):
@@ -605,7 +508,7 @@ class DPSGDCanaryRun:
         torch.manual_seed(seed)  # the noise of this run
         # RDP for the logged epsilon only (cheaper per epoch); the claimed epsilon is PRV's, see audit_cases
         callback = DPSGD(noise_multiplier=self.noise_multiplier, max_grad_norm=s.max_grad_norm, accountant="rdp")
-        trainer(s.steps, [callback]).fit(
+        bare_trainer([callback], max_steps=s.steps, max_epochs=-1).fit(
             module, datamodule=FullBatchData(s.with_canary if include_canary else s.without)
         )
         with torch.no_grad():
@@ -663,25 +566,6 @@ class WeightPerturbationCanaryRun:
         return f"‖ΔW‖/Δ = {float(np.linalg.norm(self.direction)) / self.sensitivity[False]:.2f}"
 
 
-def prv_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> float:
-    """The epsilon ``DPSGD(accountant="prv")`` reports after ``steps`` steps."""
-    accountant = create_accountant("prv")
-    accountant.history = [(noise_multiplier, sample_rate, steps)]
-    with np.errstate(divide="ignore"):  # q = 1: Opacus's PRV evaluates log(1 - q) in a branch it then discards
-        return accountant.get_epsilon(delta)
-
-
-def exact_gaussian_epsilon(noise_multiplier: float, steps: int, delta: float) -> float:
-    """The exact epsilon of ``steps`` full-batch (q = 1) Gaussian steps: a Gaussian mechanism with
-    mu = sqrt(steps) / sigma, whose delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu)."""
-    mu = math.sqrt(steps) / noise_multiplier
-
-    def excess(eps: float) -> float:
-        return norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu) - delta
-
-    return brentq(excess, 0.0, 100.0) if excess(0.0) > 0 else 0.0
-
-
 def audit_cases(args: argparse.Namespace) -> tuple[list[AuditCase], list[str]]:
     """The audited mechanisms and the report's description of their set-up (one item per mechanism family).
 
@@ -692,11 +576,9 @@ def audit_cases(args: argparse.Namespace) -> tuple[list[AuditCase], list[str]]:
     cases, notes = [], []
     claims: dict[float, float] = {}
     for target in args.audit_epsilons:
-        with np.errstate(divide="ignore"):
-            sigma = get_noise_multiplier(
-                target_epsilon=target, target_delta=AUDIT_DELTA, sample_rate=1.0, steps=setup.steps, accountant="prv"
-            )
-        claims[target] = prv_epsilon(sigma, 1.0, setup.steps, AUDIT_DELTA)
+        with np.errstate(divide="ignore"):  # q = 1: Opacus's PRV evaluates log(1 - q) in a branch it then discards
+            sigma = calibrate_noise(target, AUDIT_DELTA, 1.0, setup.steps, "prv")
+        claims[target] = history_epsilon("prv", [(sigma, 1.0, setup.steps)], AUDIT_DELTA)
         run = DPSGDCanaryRun(setup, sigma)
         mu = math.sqrt(setup.steps) / sigma
         name = f"DP-SGD, σ = {sigma:.2f}"
@@ -704,7 +586,7 @@ def audit_cases(args: argparse.Namespace) -> tuple[list[AuditCase], list[str]]:
         notes.append(
             f"σ = {sigma:.3f} for target ε = {target:g}: PRV reports ε = {claims[target]:.3f}, the exact ε of this "
             f"Gaussian mechanism (q = 1, μ = sqrt(T)/σ = {math.sqrt(setup.steps) / sigma:.3f}) is "
-            f"{exact_gaussian_epsilon(sigma, setup.steps, AUDIT_DELTA):.3f}"
+            f"{gaussian_mechanism_epsilon(AUDIT_DELTA, sigma / math.sqrt(setup.steps), 1.0):.3f}"
         )
     broken = DPSGDCanaryRun(setup, 0.0)
     claim = claims[args.audit_epsilons[0]]
@@ -748,14 +630,14 @@ def audit_section(args: argparse.Namespace) -> str:
     results = [run_audit(case, args.audit_runs) for case in cases]
     main_rows, detail_rows, verdicts = [], [], []
     for r in results:
-        e_in, e_out = r.evaluation
+        e_in, e_out = r.audit.evaluation
         wanted = "below" if r.case.expect == "below" else "above"
         main_rows.append(
             [
                 r.case.name,
                 f"{r.case.claimed_epsilon:.3f}",
-                f"**{r.epsilon_lb:.3f}**",
-                f"{r.ceiling:.3f}",
+                f"**{r.audit.epsilon_lb:.3f}**",
+                f"{r.audit.ceiling:.3f}",
                 f"{wanted} the claim",
                 "met" if r.passed else "**not met**",
             ]
@@ -763,22 +645,22 @@ def audit_section(args: argparse.Namespace) -> str:
         detail_rows.append(
             [
                 r.case.name,
-                r.test.describe(),
-                f"{r.test.hits(e_in)}/{len(e_in)}",
-                f"{r.test.hits(e_out)}/{len(e_out)}",
-                f"{r.epsilon_lb_optimistic:.3f}",
-                f"{r.scores_in.mean():.4f} ± {r.scores_in.std():.4f}",
-                f"{r.scores_out.mean():.4f} ± {r.scores_out.std():.4f}",
+                r.audit.test.describe(),
+                f"{r.audit.test.hits(e_in)}/{len(e_in)}",
+                f"{r.audit.test.hits(e_out)}/{len(e_out)}",
+                f"{r.audit.epsilon_lb_optimistic:.3f}",
+                f"{r.audit.scores_in.mean():.4f} ± {r.audit.scores_in.std():.4f}",
+                f"{r.audit.scores_out.mean():.4f} ± {r.audit.scores_out.std():.4f}",
                 shift(r),
                 f"{r.case.best_shift:.2f}" if r.case.best_shift is not None else "—",
                 r.details or "—",
-                f"{r.seconds:.0f}",
+                f"{r.audit.seconds:.0f}",
             ]
         )
-        relation = "<" if r.epsilon_lb < r.case.claimed_epsilon else ">="
+        relation = "<" if r.audit.epsilon_lb < r.case.claimed_epsilon else ">="
         verdicts.append(
-            f"- {r.case.name}: ε_lb = {r.epsilon_lb:.3f} {relation} claimed {r.case.claimed_epsilon:.3f}, must be "
-            f"{wanted}: **target {'met' if r.passed else 'not met'}**"
+            f"- {r.case.name}: ε_lb = {r.audit.epsilon_lb:.3f} {relation} claimed {r.case.claimed_epsilon:.3f}, "
+            f"must be {wanted}: **target {'met' if r.passed else 'not met'}**"
         )
     results_table = table(
         ["mechanism", "claimed ε", f"ε_lb ({AUDIT_CONFIDENCE:.0%})", "ceiling", "ε_lb must be", "target"],
@@ -851,8 +733,8 @@ at q = 1 is a Gaussian mechanism with μ = sqrt(T)/σ). Test accuracy: mean over
 
 def shift_value(result: AuditResult) -> float:
     """The score's separation between the two sides, in pooled standard deviations."""
-    sd = math.sqrt((result.scores_in.var() + result.scores_out.var()) / 2)
-    difference = float(result.scores_in.mean() - result.scores_out.mean())
+    sd = math.sqrt((result.audit.scores_in.var() + result.audit.scores_out.var()) / 2)
+    difference = float(result.audit.scores_in.mean() - result.audit.scores_out.mean())
     if sd > 0:
         return difference / sd
     return math.copysign(math.inf, difference) if difference else 0.0
@@ -873,7 +755,7 @@ def audit_interpretation(results: list[AuditResult]) -> str:
     text = []
     if dp:
         summary = "; ".join(
-            f"claimed ε {r.case.claimed_epsilon:.2f}: ε_lb {r.epsilon_lb:.2f}, score shift {shift(r)} sd"
+            f"claimed ε {r.case.claimed_epsilon:.2f}: ε_lb {r.audit.epsilon_lb:.2f}, score shift {shift(r)} sd"
             + (f" (μ = {r.case.best_shift:.2f})" if r.case.best_shift is not None else "")
             for r in dp
         )
@@ -905,19 +787,20 @@ def audit_interpretation(results: list[AuditResult]) -> str:
             "certify a fraction of the claimed ε."
         )
     for r in broken:
+        lb, claim = r.audit.epsilon_lb, r.case.claimed_epsilon
         if r.passed:
             text.append(
-                f"{r.case.name}: ε_lb {r.epsilon_lb:.2f} exceeds the claimed {r.case.claimed_epsilon:.2f}: the audit "
-                "rejects the claim, so it can fail. Without noise, training from fixed initial weights with q = 1 is "
-                "deterministic: every run with the canary gives one score and every run without gives another, the "
-                "runs separate perfectly and ε_lb reaches the ceiling set by the number of runs. The true ε is "
-                "infinite; an audit shows at most its ceiling, which is enough to refute this claim."
+                f"{r.case.name}: ε_lb {lb:.2f} exceeds the claimed {claim:.2f}: the audit rejects the claim, so it "
+                "can fail. Without noise, training from fixed initial weights with q = 1 is deterministic: every run "
+                "with the canary gives one score and every run without gives another, the runs separate perfectly "
+                "and ε_lb reaches the ceiling set by the number of runs. The true ε is infinite; an audit shows at "
+                "most its ceiling, which is enough to refute this claim."
             )
         else:
             text.append(
-                f"{r.case.name}: ε_lb {r.epsilon_lb:.2f} does not exceed the claimed {r.case.claimed_epsilon:.2f} "
-                f"(ceiling {r.ceiling:.2f}): with this few runs the audit cannot refute the claim even for a "
-                "mechanism without noise. Raise --audit-runs until the ceiling is above the claim."
+                f"{r.case.name}: ε_lb {lb:.2f} does not exceed the claimed {claim:.2f} (ceiling "
+                f"{r.audit.ceiling:.2f}): with this few runs the audit cannot refute the claim even for a mechanism "
+                "without noise. Raise --audit-runs until the ceiling is above the claim."
             )
     return "\n\n".join(text)
 
@@ -984,7 +867,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.sections:
         args.load_before = os.getloadavg()[0]
         began = time.perf_counter()
-        sections[name] = with_provenance(SECTIONS[name](args), provenance(args))
+        sections[name] = with_provenance(SECTIONS[name](args), section_provenance(args))
         print(f"{name}: {time.perf_counter() - began:.0f} s", flush=True)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render_report("Privacy benchmarks", SCRIPT, list(SECTIONS), sections), encoding="utf-8")
