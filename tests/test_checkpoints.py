@@ -47,8 +47,9 @@ def fails(capsys, args: list[str], status: int = 1) -> str:
         main(args)
     assert exit_info.value.code == status
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("trustlit: error: "), err
-    return err[0]
+    # only the last line: pytest's capture closes streams that Lightning's log handler still holds
+    assert err[-1].startswith("trustlit: error: ") and not any(e.startswith("trustlit: ") for e in err[:-1]), err
+    return err[-1]
 
 
 @pytest.fixture(scope="module")

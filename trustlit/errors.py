@@ -85,8 +85,8 @@ def _yaml_keys(node: Any, prefix: str = "") -> Iterator[str]:
             yield from _yaml_keys(value, f"{prefix}{index}.")
 
 
-def locate_key(name: str, configs: Iterable[Path]) -> tuple[Path, str] | None:
-    """The first config file, and the dotted key in it, whose last part is ``name``."""
+def locate_key(name: str, configs: Iterable[Path], under: str = "") -> tuple[Path, str] | None:
+    """The first config file, and the dotted key in it under ``under``, whose last part is ``name``."""
     import yaml
 
     for config in configs:
@@ -95,7 +95,7 @@ def locate_key(name: str, configs: Iterable[Path]) -> tuple[Path, str] | None:
         except (OSError, ValueError, yaml.YAMLError):
             continue
         for key in _yaml_keys(data):
-            if key.rsplit(".", 1)[-1] == name:
+            if key.rsplit(".", 1)[-1] == name and key.startswith(under):
                 return config, key
     return None
 
@@ -127,7 +127,7 @@ def _unknown_option(message: str, key: str, configs: list[Path]) -> str | None:
     valid = _init_parameters(class_path.group(1)) if class_path else []
     close = difflib.get_close_matches(name, valid, n=1)
     hint = f"; did you mean '{close[0]}'?" if close else (f"; valid: {', '.join(valid)}" if valid else "")
-    where = locate_key(name, configs)
+    where = locate_key(name, configs, under=key)
     if where:
         return f"unknown key '{where[1]}' in {where[0]}{hint}"
     return f"unknown key '{name}' under '{key}' (given on the command line){hint}"

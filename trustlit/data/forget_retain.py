@@ -113,6 +113,11 @@ class ForgetRetainDataModule(QADataModule):
         refusals: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if forget_split == retain_split:
+            raise ValueError(
+                f"forget_split and retain_split are both '{forget_split}': unlearning and retaining the same "
+                "samples cancel out; give two different splits (TOFU: forget05 with retain95)"
+            )
         if eval_splits is None:
             eval_splits = [forget_split, retain_split]
         super().__init__(source=source, train_split=None, eval_splits=eval_splits, **kwargs)

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
 
 from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
+from trustlit.errors import read_utf8
 from trustlit.fictitious import fictitious_split
 from trustlit.llm.prompts import PromptFormat, collate_qa, encode_qa, resolve_prompt_format
 from trustlit.paths import is_hub_id
@@ -55,7 +56,7 @@ def _nonempty(records: datasets.Dataset, where: str) -> datasets.Dataset:
 
 def read_json_records(path: Path) -> Iterator[tuple[str, Any]]:
     """``(where, record)`` of a JSON array or JSON Lines file; ``where`` names the file and row or line."""
-    text = path.read_text(encoding="utf-8")
+    text = read_utf8(path)
     if text.lstrip().startswith("["):
         try:
             records = json.loads(text)

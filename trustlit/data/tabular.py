@@ -12,6 +12,7 @@ strict DP pipelines scale with public statistics or use ``row_norm`` alone.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Literal
 
@@ -23,6 +24,7 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, TensorDataset
 
 from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
+from trustlit.errors import read_utf8
 
 SKLEARN_DATASETS = {
     "digits": sk_datasets.load_digits,
@@ -46,18 +48,24 @@ def load_table(name_or_csv: str, target_column: str | None = None) -> tuple[np.n
         raise FileNotFoundError(f"CSV file not found: {path}")
     if target_column is None:
         raise ValueError(f"{path}: set target_column to the name of the label column")
-    with path.open(encoding="utf-8") as handle:
-        header = handle.readline().strip().split(",")
+    text = read_utf8(path)
+    header = text.partition("\n")[0].strip().split(",")
     if target_column not in header:
         raise ValueError(f"{path}: no column '{target_column}' (columns: {header})")
-    table = np.genfromtxt(path, delimiter=",", skip_header=1, dtype=np.float64, ndmin=2)
+    table = np.genfromtxt(io.StringIO(text), delimiter=",", skip_header=1, dtype=np.float64, ndmin=2)
     table = table.reshape(len(table), -1) if table.size else table.reshape(0, len(header))
     if len(table) == 0:
         raise ValueError(f"{path}: the dataset is empty")
-    if np.isnan(table).any():
-        row = int(np.argwhere(np.isnan(table))[0][0]) + 2
-        raise ValueError(f"{path}:{row}: a value is missing or not a number")
     target = header.index(target_column)
+    if np.isnan(table[:, target]).any():
+        row = int(np.argwhere(np.isnan(table[:, target]))[0][0]) + 2
+        raise ValueError(
+            f"{path}:{row}: the label column '{target_column}' must hold numbers (class ids); "
+            "map class names to integers first"
+        )
+    if np.isnan(table).any():
+        row, column = (int(i) for i in np.argwhere(np.isnan(table))[0])
+        raise ValueError(f"{path}:{row + 2}: column '{header[column]}' is missing or not a number")
     _, labels = np.unique(table[:, target], return_inverse=True)
     return np.delete(table, target, axis=1), labels.astype(np.int64)
 

@@ -229,6 +229,11 @@ def load_causal_lm(
     tokenizer without a pad token pads with its end-of-text token.
     """
     torch_dtype = _parse_dtype(dtype)
+    if tiny and not name_or_path.startswith("tiny-"):
+        raise ValueError(
+            f"lm.tiny is set ({tiny}) but lm.name_or_path={name_or_path} is not a tiny-* model: tiny sizes a "
+            "model built from config (tiny-llama, tiny-qwen2, tiny-gpt2); drop lm.tiny (--model.init_args.lm.tiny={})"
+        )
     if name_or_path.endswith(".ckpt"):
         model, tokenizer = load_trustlit_checkpoint(name_or_path)
         model = model.to(DTYPES.get(dtype, torch.float32))
@@ -258,7 +263,10 @@ def load_trustlit_checkpoint(path: str) -> tuple[PreTrainedModel, PreTrainedToke
     file = Path(path).expanduser()
     if not file.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    checkpoint = torch.load(file, map_location="cpu", weights_only=False)  # a local file the user names
+    try:
+        checkpoint = torch.load(file, map_location="cpu", weights_only=False)  # a local file the user names
+    except Exception as error:  # RuntimeError, UnpicklingError, EOFError... for a truncated or corrupt file
+        raise ValueError(f"{path}: not a readable checkpoint, truncated or corrupt ({error})") from error
     spec = checkpoint.get("hyper_parameters", {}).get("lm")
     if not isinstance(spec, dict):
         raise ValueError(f"{path} is not a checkpoint of a trustlit causal-LM module (no hyper_parameters.lm)")
