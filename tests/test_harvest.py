@@ -198,6 +198,7 @@ def test_datamodule_serves_seeded_batches_split_by_sample(all_tokens):
     rows = harvested(all_tokens)
     data = ActivationDataModule(str(all_tokens), layer=-1, site="residual", val_fraction=0.25, batch_size=64, seed=0)
     data.setup("fit")
+    assert data.hidden_size == 32
     batch = next(iter(data.train_dataloader()))
     assert batch["activations"].shape == (64, 32) and batch["activations"].dtype == torch.float32
     assert batch["index"].shape == (64,) and batch["index"].dtype == torch.long
