@@ -126,11 +126,11 @@ def test_alignment_set_missing_and_bad_hyperparameters(tokenizer):
         quiet_trainer(max_steps=1).fit(BDS(TINY), datamodule=SafetyBatches([batch], 2, parts=("finetune", "harmful")))
     with pytest.raises(ValueError, match="scheduler must be 'scalar' or 'neural'"):
         BDS(TINY, scheduler="mlp")
-    with pytest.raises(ValueError, match="langevin_temperature must be >= 0"):
+    with pytest.raises(ValueError, match=r"BDS: langevin_temperature=-1\.0 is invalid, expected a number >= 0"):
         BDS(TINY, langevin_temperature=-1.0)
-    with pytest.raises(ValueError, match="entropy_weight must be >= 0"):
+    with pytest.raises(ValueError, match=r"BDS: entropy_weight=-0\.5 is invalid, expected a number >= 0"):
         BDS(TINY, entropy_weight=-0.5)
-    with pytest.raises(ValueError, match="scheduler_lr must be positive"):
+    with pytest.raises(ValueError, match=r"BDS: scheduler_lr=0\.0 is invalid, expected a number > 0"):
         BDS(TINY, scheduler_lr=0.0)
 
 

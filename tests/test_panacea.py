@@ -136,7 +136,7 @@ def test_missing_harmful_set_and_bad_hyperparameters(tokenizer):
     del batch["harmful"]
     with pytest.raises(ValueError, match=r"'harmful'.*separate harmful set"):
         quiet_trainer(max_steps=1).fit(Panacea(TINY), datamodule=SafetyBatches([batch], parts=("finetune", "align")))
-    with pytest.raises(ValueError, match="rho must be >= 0"):
+    with pytest.raises(ValueError, match=r"Panacea: rho=-1\.0 is invalid, expected a number >= 0"):
         Panacea(TINY, rho=-1.0)
-    with pytest.raises(ValueError, match="harmful_clamp must be positive"):
+    with pytest.raises(ValueError, match=r"Panacea: harmful_clamp=0\.0 is invalid, expected a number > 0"):
         Panacea(TINY, harmful_clamp=0.0)

@@ -3,6 +3,8 @@ makes a model know the facts it will later unlearn).
 
 Loss: the mean negative log-likelihood of the answer tokens of the batch,
 L = -(1 / sum_i |y_i|) * sum_i sum_t log p_theta(y_i,t | x_i, y_i,<t); prompt tokens are masked.
+
+Notes: docs/methods/causal_lm_fine_tuning.md
 """
 
 from __future__ import annotations

@@ -21,6 +21,14 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
+from trustlit.hparams import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    check_arguments,
+    plain_numbers,
+)
 from trustlit.llm.anatomy import base_model, decoder_layers
 from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.scoring import generate_greedy, sequence_logprobs
@@ -67,22 +75,20 @@ class CausalLMModule(L.LightningModule):
     def __init__(
         self,
         lm: CausalLMSpec | None = None,
-        lr: float = 1e-5,
-        weight_decay: float = 0.01,
-        warmup_steps: int = 0,
+        lr: PositiveFloat = 1e-5,
+        weight_decay: NonNegativeFloat = 0.01,
+        warmup_steps: NonNegativeInt = 0,
         lr_schedule: LRSchedule = "constant",
         generate: bool = True,
-        max_new_tokens: int = 32,
+        max_new_tokens: PositiveInt = 32,
     ) -> None:
         super().__init__()
-        if lr <= 0:
-            raise ValueError(f"lr must be positive, got {lr}")
-        if warmup_steps < 0 or max_new_tokens < 1:
-            raise ValueError(f"warmup_steps must be >= 0 and max_new_tokens >= 1, got {warmup_steps}, {max_new_tokens}")
+        check_arguments(CausalLMModule.__init__, locals())
         if lr_schedule not in ("constant", "linear", "cosine"):
             raise ValueError(f"lr_schedule must be 'constant', 'linear' or 'cosine', got '{lr_schedule}'")
         lm = CausalLMSpec(**lm) if isinstance(lm, dict) else (lm or CausalLMSpec())
         self.save_hyperparameters()
+        plain_numbers(self.hparams)
         self.hparams["lm"] = asdict(lm)  # plain data in hparams.yaml and in checkpoints
         # Loaded eagerly, whole, on every rank: fine for small models, which configure_model then
         # shards. Models too large for one process's memory would want meta-device init in

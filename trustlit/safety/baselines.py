@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from trustlit.hparams import NonNegativeFloat, PositiveInt, check_arguments
 from trustlit.llm import hooks
 from trustlit.llm.anatomy import base_model, decoder_layers, mlp_down_projection, self_attention
 from trustlit.llm.loading import CausalLMSpec
@@ -36,14 +37,9 @@ from trustlit.safety.updates import (
 from trustlit.strategies import DDP, SINGLE_DEVICE
 
 PARTS = ("finetune", "align", "harmful")
+Part = Literal["finetune", "align", "harmful"]
 LisaState = Literal["align", "finetune"]
 LISA_CHECKPOINT_KEY = "lisa"
-
-
-def check_non_negative(**values: float) -> None:
-    for key, value in values.items():
-        if not value >= 0:
-            raise ValueError(f"{key} must be >= 0, got {value}")
 
 
 class SFT(SafetyModule):
@@ -53,6 +49,8 @@ class SFT(SafetyModule):
     defense); ``part="align"`` is the alignment stage without a defense (the SFT-aligned model
     the defenses are compared with). One backward per step, so it also runs under DDP.
 
+    Notes: docs/methods/sft.md
+
     Args:
         part: the batch part to fit: ``finetune``, ``align`` or ``harmful``.
         Other arguments: see :class:`~trustlit.CausalLMModule`.
@@ -60,7 +58,7 @@ class SFT(SafetyModule):
 
     supported_strategies = (SINGLE_DEVICE, DDP)
 
-    def __init__(self, lm: CausalLMSpec | None = None, part: str = "finetune", **kwargs: Any) -> None:
+    def __init__(self, lm: CausalLMSpec | None = None, part: Part = "finetune", **kwargs: Any) -> None:
         if part not in PARTS:
             raise ValueError(f"part must be one of {list(PARTS)}, got '{part}'")
         super().__init__(lm, **kwargs)
@@ -79,16 +77,17 @@ class Vaccine(SafetyModule):
     github.com/git-disl/Vaccine).
 
     Alignment is made robust to the drift of hidden embeddings that later fine-tuning causes.
-    With f the alignment loss (NLL on ``align``) and e_l the output of layer l's attention block
-    (the released ``VaccineTrainer`` hooks every ``LlamaAttention``), each step:
+    With f the alignment loss (NLL on ``align``) and e_l the output of layer l's attention block,
+    each step:
 
         g_l = d f / d e_l                                       (pass 1)
         eps_l = rho * g_l / (||(g_1, ..., g_L)||_2 + 1e-7)      (one global norm over all layers)
         w <- optimiser step along  grad_w f(w; e_l + eps_l for every l)   (pass 2)
 
     i.e. the gradient of the loss under the (first-order) worst-case embedding perturbation of norm rho.
-    Default rho = 2 (the released ``train.py`` default and the README's example); the released
-    alignment script uses lr 1e-3, LoRA, a cosine schedule with 10% warm-up and weight decay 0.1.
+    Default rho = 2 (the released ``train.py`` default).
+
+    Notes: docs/methods/vaccine.md (the released alignment script's other settings)
 
     Args:
         rho: the radius of the embedding perturbation (0 is plain SFT on ``align``).
@@ -98,8 +97,8 @@ class Vaccine(SafetyModule):
     required_parts = ("align",)
     supported_strategies = (SINGLE_DEVICE, DDP)  # one backward per step
 
-    def __init__(self, lm: CausalLMSpec | None = None, rho: float = 2.0, **kwargs: Any) -> None:
-        check_non_negative(rho=rho)
+    def __init__(self, lm: CausalLMSpec | None = None, rho: NonNegativeFloat = 2.0, **kwargs: Any) -> None:
+        check_arguments(Vaccine.__init__, locals())
         super().__init__(lm, **kwargs)
 
     def attention_blocks(self) -> list[nn.Module]:
@@ -139,9 +138,10 @@ class Booster(ManualStepMixin, SafetyModule):
 
         w <- optimiser step along  grad f(w) + lambda * (grad h(w) - grad h(w - alpha * grad h(w) / ||grad h(w)||))
 
-    (:func:`~trustlit.safety.updates.booster_update`; the simulated step is held fixed, as in the
-    released ``BoosterAlignmentTrainer``). Defaults lambda = 5, alpha = 0.1: the released
-    ``script/alignment/smooth_align.sh`` (with lr 5e-4, LoRA, constant schedule, weight decay 0.1).
+    (:func:`~trustlit.safety.updates.booster_update`; the simulated step is held fixed). Defaults
+    lambda = 5, alpha = 0.1: the released ``script/alignment/smooth_align.sh``.
+
+    Notes: docs/methods/booster.md
 
     Args:
         lam: lambda, weight of the attenuation term (0 is plain SFT on ``align``).
@@ -151,8 +151,10 @@ class Booster(ManualStepMixin, SafetyModule):
 
     required_parts = ("align", "harmful")
 
-    def __init__(self, lm: CausalLMSpec | None = None, lam: float = 5.0, alpha: float = 0.1, **kwargs: Any) -> None:
-        check_non_negative(lam=lam, alpha=alpha)
+    def __init__(
+        self, lm: CausalLMSpec | None = None, lam: NonNegativeFloat = 5.0, alpha: NonNegativeFloat = 0.1, **kwargs: Any
+    ) -> None:
+        check_arguments(Booster.__init__, locals())
         super().__init__(lm, **kwargs)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
@@ -191,15 +193,13 @@ class Lisa(SafetyModule):
 
         L_s(w) = NLL_s(w) + rho/2 * ||w - w_anchor||^2
 
-    with w_anchor the weights at the last switch of state (at the start: the initial weights), a
-    proximal term that keeps each state near the other's solution. Following the released
-    ``LisaTrainer``, the proximal term is left out during the first ``proximal_warmup`` fraction
-    of the run's steps (its comment: it hurts benign accuracy early on). Defaults: the released
-    ``script/finetune/lisa_poison_ratio.sh``: rho = 1, 100 alignment and 900 fine-tuning steps
-    per cycle (lr 1e-5, weight decay 0); recipes with short runs scale the step counts down.
+    with w_anchor the weights at the last switch of state (at the start: the initial weights). The
+    proximal term is left out during the first ``proximal_warmup`` fraction of the run's steps, as
+    in the released ``LisaTrainer``. Defaults: the released ``script/finetune/lisa_poison_ratio.sh``:
+    rho = 1, 100 alignment and 900 fine-tuning steps per cycle. The state and w_anchor are saved in
+    checkpoints; ``train/state`` logs 0 for alignment, 1 for fine-tuning.
 
-    The state and w_anchor are saved in checkpoints, so a resumed run continues in the state it
-    stopped in, with the same anchor. ``train/state`` logs 0 for alignment, 1 for fine-tuning.
+    Notes: docs/methods/lisa.md
 
     Args:
         rho: weight of the proximal term.
@@ -216,18 +216,15 @@ class Lisa(SafetyModule):
     def __init__(
         self,
         lm: CausalLMSpec | None = None,
-        rho: float = 1.0,
-        align_steps: int = 100,
-        finetune_steps: int = 900,
-        proximal_warmup: float = 0.1,
+        rho: NonNegativeFloat = 1.0,
+        align_steps: PositiveInt = 100,
+        finetune_steps: PositiveInt = 900,
+        proximal_warmup: NonNegativeFloat = 0.1,
         **kwargs: Any,
     ) -> None:
-        check_non_negative(rho=rho)
-        for key, value in (("align_steps", align_steps), ("finetune_steps", finetune_steps)):
-            if value < 1:
-                raise ValueError(f"{key} must be >= 1, got {value}")
-        if not 0 <= proximal_warmup < 1:
-            raise ValueError(f"proximal_warmup must be in [0, 1), got {proximal_warmup}")
+        check_arguments(Lisa.__init__, locals())
+        if proximal_warmup >= 1:  # [0, 1): the type says >= 0
+            raise ValueError(f"Lisa: proximal_warmup={proximal_warmup!r} is invalid, expected a number in [0, 1)")
         super().__init__(lm, **kwargs)
         self.state: LisaState | None = None
         self.anchor: list[torch.Tensor] | None = None
@@ -303,18 +300,17 @@ class RepNoise(SafetyModule):
         L = L_harmless + beta * mean_l MMD^2(h_l * m, z_l * m) - alpha * log(L_harmful + 1)
 
     - L_harmless: NLL on ``align``;
-    - h_l: the output of layer l's MLP on the ``harmful`` batch (the released code hooks every
-      ``model.layers.{l}.mlp``), z_l ~ N(0, I) of its shape, m the harmful answer tokens
-      (the released code masks the tokens where a harmful sequence differs from its paired
-      refusal); each sequence flattened is one MMD sample (:func:`~trustlit.safety.losses.gaussian_kernel_mmd`:
-      RBF kernels at 5 bandwidths, mul 2, around the mean pairwise distance);
+    - h_l: the output of layer l's MLP on the ``harmful`` batch, z_l ~ N(0, I) of its shape, m the
+      harmful answer tokens; each sequence flattened is one MMD sample
+      (:func:`~trustlit.safety.losses.gaussian_kernel_mmd`: RBF kernels at 5 bandwidths, mul 2,
+      around the mean pairwise distance);
     - L_harmful: the harmful NLL averaged over the logit lens of every hidden state,
       mean_{l=0..L} NLL(lm_head(norm(x_l))) with x_0 the embeddings and x_L's term the model's
-      own logits (the released code's layer-wise ascent; it divides the L+2 terms it sums by
-      L+1, here it is a plain mean).
+      own logits (a plain mean).
 
-    Defaults alpha = 1, beta = 0.001: the released ``rep_noise_loss``'s defaults (Booster's
-    re-implementation uses alpha = 0.1).
+    Defaults alpha = 1, beta = 0.001: the released ``rep_noise_loss``'s defaults.
+
+    Notes: docs/methods/rep_noise.md (differences from the released code)
 
     Args:
         alpha: weight of the harmful ascent term.
@@ -325,8 +321,14 @@ class RepNoise(SafetyModule):
     required_parts = ("align", "harmful")
     supported_strategies = (SINGLE_DEVICE, DDP)  # one backward per step
 
-    def __init__(self, lm: CausalLMSpec | None = None, alpha: float = 1.0, beta: float = 0.001, **kwargs: Any) -> None:
-        check_non_negative(alpha=alpha, beta=beta)
+    def __init__(
+        self,
+        lm: CausalLMSpec | None = None,
+        alpha: NonNegativeFloat = 1.0,
+        beta: NonNegativeFloat = 0.001,
+        **kwargs: Any,
+    ) -> None:
+        check_arguments(RepNoise.__init__, locals())
         super().__init__(lm, **kwargs)
 
     def harmful_terms(self, harmful: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,26 +18,19 @@ loss is above the weighted batch term loses weight. Two schedulers:
   mixture; z starts equal, so every weight starts at 1 and the weights always sum to N.
 - ``neural``, the amortized scheduler: z_j = f(x_j), an MLP on the sample's mean-pooled final
   hidden state (detached) from the model's own forward, and w = B * softmax(z) over the batch.
-  It scores samples it never saw (:meth:`BDS.score`). The released code loads a separate 125M
-  encoder for f and never trains it (its neural mode has no scheduler backward or optimiser
-  step); here f is trained by S, and the features come from the model being fine-tuned, so no
-  second network is held.
+  It scores samples it never saw (:meth:`BDS.score`); f is trained by S on the features of the
+  model being fine-tuned.
 
-Minimising S alone puts all the weight on the lowest-loss sample. ``entropy_weight`` lambda_H adds
-lambda_H * sum_i p_i log p_i (p = w / n, over the softmax's support: the mixture for ``scalar``, the
-batch for ``neural``), the released code's ``entropy`` option (0 there by default): the minimiser is
-then p_i ∝ exp(-l_i / lambda_H), a Gibbs distribution at temperature lambda_H.
-
-Posterior sampling: with ``langevin_temperature`` T > 0, every scheduler update is followed by
-Langevin noise z <- z + sqrt(2 * lr * T) * xi, xi ~ N(0, I) (on f's parameters for ``neural``),
-so the weights are samples of the posterior at temperature T rather than a point estimate.
-T = 0 (default) is the released deterministic variant: the released code has no noise term.
+``entropy_weight`` lambda_H adds lambda_H * sum_i p_i log p_i (p = w / n, over the softmax's
+support: the mixture for ``scalar``, the batch for ``neural``) to S; ``langevin_temperature`` T > 0
+follows every scheduler update by z <- z + sqrt(2 * lr * T) * xi, xi ~ N(0, I) (on f's parameters
+for ``neural``), sampling the weights' posterior at temperature T. Both default to 0, as released.
 
 Released defaults: scheduler AdamW lr 5e-3, betas (0.9, 0.95), no weight decay, gradient norm
-clipped at 10; model lr 1e-5 (AdamW, weight decay 0.1), LoRA r = 32, alpha = 4 on q/k/v, batch 10
-for both streams, 20 epochs. The weights are logged every epoch (a histogram where the logger
-takes one, their mean over harmful and benign samples, and the AUROC of telling them apart) and
-saved with the checkpoint (``data_scheduler.*`` in the state dict).
+clipped at 10; model lr 1e-5. The weights are logged every epoch and saved with the checkpoint
+(``data_scheduler.*`` in the state dict).
+
+Notes: docs/methods/bds.md (differences from the released code, our choices)
 """
 
 from __future__ import annotations
@@ -48,6 +41,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from torch import nn
 
+from trustlit.hparams import NonNegativeFloat, PositiveFloat, PositiveInt, check_arguments
 from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.scoring import eval_mode, sequence_logprobs_from_logits
 from trustlit.metrics.safety import weight_auroc
@@ -119,25 +113,18 @@ class BDS(ManualStepMixin, SafetyModule):
         self,
         lm: CausalLMSpec | None = None,
         scheduler: SchedulerKind = "scalar",
-        scheduler_lr: float = 5e-3,
-        scheduler_grad_clip: float = 10.0,
-        langevin_temperature: float = 0.0,
-        entropy_weight: float = 0.0,
-        neural_hidden_size: int = 64,
-        num_samples: int | None = None,
-        lr: float = 1e-5,
+        scheduler_lr: PositiveFloat = 5e-3,
+        scheduler_grad_clip: PositiveFloat = 10.0,
+        langevin_temperature: NonNegativeFloat = 0.0,
+        entropy_weight: NonNegativeFloat = 0.0,
+        neural_hidden_size: PositiveInt = 64,
+        num_samples: PositiveInt | None = None,
+        lr: PositiveFloat = 1e-5,
         **kwargs: Any,
     ) -> None:
         if scheduler not in ("scalar", "neural"):
             raise ValueError(f"scheduler must be 'scalar' or 'neural', got '{scheduler}'")
-        for key, value in (("scheduler_lr", scheduler_lr), ("scheduler_grad_clip", scheduler_grad_clip)):
-            if not value > 0:
-                raise ValueError(f"{key} must be positive, got {value}")
-        for key, value in (("langevin_temperature", langevin_temperature), ("entropy_weight", entropy_weight)):
-            if value < 0:
-                raise ValueError(f"{key} must be >= 0, got {value}")
-        if num_samples is not None and num_samples < 1:
-            raise ValueError(f"num_samples must be a positive integer, got {num_samples}")
+        check_arguments(BDS.__init__, locals())
         super().__init__(lm, lr=lr, **kwargs)
         self.data_scheduler: ScalarScheduler | NeuralScheduler | None = None
         if scheduler == "neural":

@@ -16,13 +16,11 @@ The inner maximisation is one normalised ascent step on h. Each training step:
     He  = grad min(h(w + eps), c)                (c = 5: the clamp stops the ascent once h > c)
     w  <- optimiser step along  G - lambda * (He - Hw)
 
-eps is recomputed at every step and is a new tensor (never the ``.grad`` buffer); the weights
-return to w exactly after He is taken. After training the last eps is added to the weights once:
-the :class:`ApplyPanaceaPerturbation` callback does it at the end of fit, so it is visible in the
-recipe and can be left out. Defaults are the released scripts': rho = 1, lambda = 0.001, lr 2e-5,
-LoRA r = 32, alpha = 4 on q/k/v (the LoRA config lives in the recipe's ``lm.lora``).
-The released training code does not run as published (it uses names it never defines); this
-implements the algorithm above, not the script.
+After training the last eps is added to the weights once, by the :class:`ApplyPanaceaPerturbation`
+callback at the end of fit. Defaults are the released scripts': rho = 1, lambda = 0.001, lr 2e-5
+(LoRA r = 32, alpha = 4 on q/k/v, in the recipe's ``lm.lora``).
+
+Notes: docs/methods/panacea.md (the released code, and our choices)
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from trustlit.hparams import NonNegativeFloat, PositiveFloat, check_arguments
 from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.scoring import answer_nll
 from trustlit.safety.base import ManualStepMixin, SafetyModule
@@ -103,17 +102,13 @@ class Panacea(ManualStepMixin, SafetyModule):
     def __init__(
         self,
         lm: CausalLMSpec | None = None,
-        rho: float = 1.0,
-        lam: float = 0.001,
-        harmful_clamp: float = 5.0,
-        lr: float = 2e-5,
+        rho: NonNegativeFloat = 1.0,
+        lam: NonNegativeFloat = 0.001,
+        harmful_clamp: PositiveFloat = 5.0,
+        lr: PositiveFloat = 2e-5,
         **kwargs: Any,
     ) -> None:
-        for key, value in (("rho", rho), ("lam", lam)):
-            if value < 0:
-                raise ValueError(f"{key} must be >= 0, got {value}")
-        if harmful_clamp <= 0:
-            raise ValueError(f"harmful_clamp must be positive, got {harmful_clamp}")
+        check_arguments(Panacea.__init__, locals())
         super().__init__(lm, lr=lr, **kwargs)
         self.perturbation: list[torch.Tensor] | None = None
         self.perturbation_applied = False

@@ -1,22 +1,17 @@
 """Attention-Shifting (AS): Tan, Qu, Li, Zhang, Cui, Chen and Gao, "Wisdom is Knowing What not to
 Say: Hallucination-Free LLMs Unlearning via Attention Shifting", NeurIPS 2025, arXiv 2510.17210.
 
-AS unlearns by moving attention rather than by pushing answer likelihoods around: small
-adapters on the self-attention modules of a frozen model are trained so that, on the forget
-set, the positions that produce the answer attend less to the fact-bearing tokens
-(importance-aware suppression) while the rest of the attention pattern, the linguistic
-structure, keeps its shape; on the retain set the attention is held to the model's own, with
-semantically essential tokens reinforced (attention-guided retention enhancement). Both are
-trained together (the dual loss). The model loses the path from the question to the memorised
-fact instead of learning a different fact, which the paper credits for answers that decline
-rather than hallucinate; a refusal term (ours, below) makes the declining explicit.
+Adapters on the self-attention modules of a frozen model are trained so that, on the forget set,
+the answer-predicting positions attend less to fact-bearing tokens (importance-aware suppression)
+while on the retain set the attention is held to the model's own, essential tokens reinforced
+(attention-guided retention enhancement); a refusal term (ours) makes the declining explicit.
 
 Notation (symbols as in the code). pi_ref is the model before unlearning: the same network
 with its adapters switched off. A^theta_{l,h}(q, k) and A^ref_{l,h}(q, k) are the attention
 probabilities of the adapted and the reference model in layer l of ``layers`` (L), head h,
 from query position q to key position k. Q is the set of answer-predicting query positions of
 a sample (those whose next token is an answer token); C its candidate tokens (not padding, not
-special tokens such as ``<|im_start|>``, which carry no fact and often act as attention sinks).
+special tokens).
 
 Importance, per sample, under pi_ref and without touching any parameter::
 
@@ -26,17 +21,11 @@ Importance, per sample, under pi_ref and without touching any parameter::
     F   = the ceil(rho |C|) candidates with the largest s          (top_fraction_mask)
 
 F is the fact-bearing set of a forget sample; on a retain sample the same rule gives the
-essential set E.
-
-Targets: the reference attention with key k reweighted by w_k, renormalised per query::
+essential set E. Targets: the reference attention with key k reweighted by w_k::
 
     A~(q, k) = A^ref(q, k) w_k / sum_j A^ref(q, j) w_j              (shifted_attention)
     forget:  w_k = 1 - sigma  if k in F  else 1 + beta              (shift_weights)
     retain:  w_k = 1 + gamma  if k in E  else 1
-
-so on a forget sample the mass on fact-bearing tokens shrinks by (1 - sigma) / (1 + beta)
-relative to every other token, among which the relative attention is the reference's; on a
-retain sample essential tokens gain a factor 1 + gamma.
 
 Loss, with KL summed over heads and query rows and averaged over layers and samples
 (``attention_kl``, the released code's ``batchmean``)::
@@ -47,60 +36,13 @@ Loss, with KL summed over heads and query rows and averaged over layers and samp
 
 L_retain is the retain answers' token-mean NLL (``retain_loss="nll"``) or KL(pi_ref || pi_theta)
 of their next-token distributions (``"kl"``); NLL(r | x_f) is the token-mean NLL of a refusal r
-("I don't know.") to a forget question x_f, from the ``idk`` batches of
-``ForgetRetainDataModule(refusals=...)``.
+to a forget question x_f, from the ``idk`` batches of ``ForgetRetainDataModule(refusals=...)``.
 
-Sources, and what is the paper's. The paper's method section was not available to us: we used
-its abstract, the public reviews (which describe "adapter-based attention modulation and a
-dual-loss formulation") and the code at github.com/CCT-sys/AS-unlearning
-(``method/attention_Adapter.py``, ``configs/attention.json``), which we take to be the
-authors' release: its commits match the dates of the arXiv versions and it ships the paper's
-baselines (GA, NPO, IHL). From the paper and that code:
+Defaults: sigma = 0.3, beta = 1.2, layers = the last two, adapters of width 64 on the attention
+outputs, lambda_sup = lambda_ret = 1, Adam lr 5e-4 (the released code's); rho = 0.3, gamma = 0.2,
+alpha = 1, lambda_idk = 1 (ours). The model runs with eager attention (to read the probabilities).
 
-- a bottleneck adapter (down-projection to 64, ReLU, up-projection, a learned scalar scale)
-  added residually to the output of every self-attention module; the base model is frozen;
-- the attention objectives on the last two layers (``layers=[-2, -1]``);
-- the suppression target: the reference attention with fact-bearing keys scaled by
-  (1 - sigma) and the other keys boosted by beta, sigma = 0.3, beta = 1.2, matched by a KL
-  with the ``batchmean`` reduction;
-- on the retain set, a KL between the adapted and the reference attention of those layers (the
-  code's default objective), with retain-NLL and logit-KL variants;
-- Adam, lr 5e-4 (weight decay 0.01 in its DeepSpeed configuration).
-
-Our choices, where the paper is silent or the code does something we did not want to copy:
-
-- importance: the code marks as fact-bearing the tokens that spaCy tags as proper nouns, verbs
-  or numbers (all other tokens are boosted). We use the attention-weighted gradient saliency
-  above with rho = 0.3 (ours), which needs no tagger, works with any tokenizer and language,
-  and never marks special tokens;
-- the boost is multiplicative: the code adds beta to the non-fact keys, clips to [1e-6, 1]
-  and renormalises, which makes the rest uniform, future and padding keys included; ours
-  keeps the relative structure and causality of the reference attention;
-- the KL compares attention probabilities, KL(target || adapted), on the answer-predicting
-  query rows (the code applies a log-softmax to the probabilities and uses every position);
-- retention enhancement: gamma = 0.2 (ours; the code computes essential-token masks for the
-  retain set but leaves them unused, i.e. gamma = 0), plus alpha * retain NLL with alpha = 1
-  (the code's default objective has no NLL term; its variant adds it with weight 1);
-- the refusal term, lambda_idk = 1, is ours: neither the abstract nor the code has one (the
-  paper attributes the refusals to the attention shift). It makes the forget answer a refusal
-  rather than another fact; ``refusal_weight=0`` gives the attention-only objective. The
-  attention terms are sums over heads and rows, so on large models they outweigh it: raise
-  ``refusal_weight`` there if refusals matter;
-- the up-projections start at zero, so training starts exactly at pi_ref (the code initialises
-  them randomly, so its model differs from the base before the first step); the adapters
-  compute in float32 whatever the model's dtype;
-- ``adapter_position="input"`` (ours, not the default) puts the adapter on the hidden states
-  the attention reads, so that a layer's own attention moves too; with the code's ``output``
-  position a layer's attention only depends on the adapters below it (layer 0's on none);
-- importance scores are computed once per sample (pi_ref never changes) and cached.
-
-Implementation notes. Reading attention probabilities needs the eager attention
-implementation: the model is switched to ``attn_implementation="eager"`` at construction (SDPA
-and flash attention return none), which is slower, for generation too. The adapters live in
-the model (``<attention module>.shift_adapter``), so they are in checkpoints and in the
-optimiser; a checkpoint is reloaded with this class, not as a plain transformers model. Under
-DDP with ``retain_weight=0`` and ``refusal_weight=0``, some adapters (the last layer's) get no
-gradient: set ``find_unused_parameters``.
+Notes: docs/methods/attention_shifting.md (sources, differences from the released code, our choices).
 """
 
 from __future__ import annotations
@@ -114,6 +56,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
+from trustlit.hparams import ClosedUnitInterval, NonNegativeFloat, PositiveFloat, PositiveInt, check_arguments
 from trustlit.llm import hooks
 from trustlit.llm.anatomy import decoder_layer, decoder_layers, self_attention
 from trustlit.llm.loading import CausalLMSpec
@@ -275,14 +218,8 @@ def _attention_probabilities(
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_range(name: str, value: float, low: float, high: float, low_open: bool = False) -> None:
-    if not (low < value if low_open else low <= value) or not value <= high:
-        bracket = "(" if low_open else "["
-        raise ValueError(f"{name} must be in {bracket}{low}, {high}], got {value}")
-
-
 class AttentionShifting(UnlearningModule):
-    """Attention-Shifting unlearning (see the module docstring for the loss and its sources).
+    """Attention-Shifting unlearning (see the module docstring for the loss; its page for the sources).
 
     Args:
         suppress_factor: sigma in [0, 1], the share of a fact-bearing key's reference attention
@@ -310,37 +247,28 @@ class AttentionShifting(UnlearningModule):
     def __init__(
         self,
         lm: CausalLMSpec | None = None,
-        suppress_factor: float = 0.3,
-        boost_factor: float = 1.2,
-        retain_boost: float = 0.2,
-        top_fraction: float = 0.3,
+        suppress_factor: ClosedUnitInterval = 0.3,
+        boost_factor: NonNegativeFloat = 1.2,
+        retain_boost: NonNegativeFloat = 0.2,
+        top_fraction: PositiveFloat = 0.3,
         layers: list[int] | None = None,
-        adapter_size: int = 64,
+        adapter_size: PositiveInt = 64,
         adapter_position: AdapterPosition = "output",
-        suppression_weight: float = 1.0,
-        retention_weight: float = 1.0,
-        retain_weight: float = 1.0,
+        suppression_weight: NonNegativeFloat = 1.0,
+        retention_weight: NonNegativeFloat = 1.0,
+        retain_weight: NonNegativeFloat = 1.0,
         retain_loss: RetainLoss = "nll",
-        refusal_weight: float = 1.0,
-        lr: float = 5e-4,
+        refusal_weight: NonNegativeFloat = 1.0,
+        lr: PositiveFloat = 5e-4,
         **kwargs: Any,
     ) -> None:
-        _check_range("suppress_factor", suppress_factor, 0.0, 1.0)
-        _check_range("top_fraction", top_fraction, 0.0, 1.0, low_open=True)
-        for key, value in (
-            ("boost_factor", boost_factor),
-            ("retain_boost", retain_boost),
-            ("suppression_weight", suppression_weight),
-            ("retention_weight", retention_weight),
-            ("retain_weight", retain_weight),
-            ("refusal_weight", refusal_weight),
-        ):
-            if not value >= 0:
-                raise ValueError(f"{key} must be >= 0, got {value}")
+        check_arguments(AttentionShifting.__init__, locals())
+        if top_fraction > 1:  # (0, 1]: the type says > 0
+            raise ValueError(
+                f"AttentionShifting: top_fraction={top_fraction!r} is invalid, expected a number in (0, 1]"
+            )
         if suppression_weight == 0 and refusal_weight == 0:
             raise ValueError("suppression_weight and refusal_weight are both 0: nothing would be unlearned")
-        if isinstance(adapter_size, bool) or not isinstance(adapter_size, int) or adapter_size < 1:
-            raise ValueError(f"adapter_size must be a positive integer, got {adapter_size}")
         if adapter_position not in ("output", "input"):
             raise ValueError(f"adapter_position must be 'output' or 'input', got '{adapter_position}'")
         if layers is not None and len(layers) == 0:

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from trustlit.hparams import NonNegativeFloat, PositiveFloat, check_arguments
 from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.module import CausalLMModule
 from trustlit.llm.scoring import eval_mode, sequence_logprobs_from_logits
@@ -133,13 +134,13 @@ class PreferenceUnlearning(UnlearningModule):
     def __init__(
         self,
         lm: CausalLMSpec | None = None,
-        beta: float = 0.1,
-        forget_weight: float = 1.0,
-        retain_weight: float = 1.0,
+        beta: PositiveFloat = 0.1,
+        forget_weight: NonNegativeFloat = 1.0,
+        retain_weight: NonNegativeFloat = 1.0,
         retain_loss: RetainLoss = "nll",
         **kwargs: Any,
     ) -> None:
-        check_positive(beta=beta)
+        check_arguments(PreferenceUnlearning.__init__, locals())
         check_retain_loss(retain_loss)
         super().__init__(lm, **kwargs)
         self.use_reference()
@@ -160,9 +161,3 @@ class PreferenceUnlearning(UnlearningModule):
 def check_retain_loss(kind: str) -> None:
     if kind not in ("nll", "kl"):
         raise ValueError(f"retain_loss must be 'nll' or 'kl', got '{kind}'")
-
-
-def check_positive(**values: float) -> None:
-    for key, value in values.items():
-        if not value > 0:
-            raise ValueError(f"{key} must be positive, got {value}")

@@ -3,6 +3,8 @@ TOFU's ``grad_ascent``).
 
 L = -NLL_forget, the token-mean answer NLL of the forget batch negated: minimising it pushes
 the forget answers' likelihood down without bound, so GA degrades the model if run long.
+
+Notes: docs/methods/grad_ascent.md
 """
 
 from __future__ import annotations

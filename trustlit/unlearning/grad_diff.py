@@ -4,6 +4,8 @@ set while descending on the retain set.
 L = gamma * (-NLL_forget) + alpha * L_retain, with L_retain the token-mean NLL of the retain
 answers (``retain_loss="nll"``) or KL(pi_ref || pi_theta) over the retain answer tokens
 (``"kl"``). Defaults gamma = alpha = 1, NLL, as in open-unlearning's TOFU configs.
+
+Notes: docs/methods/grad_diff.md
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 import torch
 
+from trustlit.hparams import NonNegativeFloat, check_arguments
 from trustlit.llm.loading import CausalLMSpec
 from trustlit.unlearning.base import RetainLoss, UnlearningModule, check_retain_loss
 from trustlit.unlearning.losses import gradient_ascent_loss
@@ -30,11 +33,12 @@ class GradDiff(UnlearningModule):
     def __init__(
         self,
         lm: CausalLMSpec | None = None,
-        forget_weight: float = 1.0,
-        retain_weight: float = 1.0,
+        forget_weight: NonNegativeFloat = 1.0,
+        retain_weight: NonNegativeFloat = 1.0,
         retain_loss: RetainLoss = "nll",
         **kwargs: Any,
     ) -> None:
+        check_arguments(GradDiff.__init__, locals())
         check_retain_loss(retain_loss)
         super().__init__(lm, **kwargs)
         self.retain_loss_kind = retain_loss  # not from hparams: subclasses fix it (KLMinimization)

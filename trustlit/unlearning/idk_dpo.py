@@ -9,6 +9,8 @@ with x_i a forget question, y_i its answer (rejected), r_i a refusal such as "I 
 (preferred; ``ForgetRetainDataModule(refusals=...)`` supplies it as ``batch["idk"]``), logp
 summed over answer tokens and pi_ref the model before unlearning. Defaults (open-unlearning's
 TOFU config): beta = 0.1, alpha = 1.
+
+Notes: docs/methods/idk_dpo.md
 """
 
 from __future__ import annotations

@@ -3,73 +3,28 @@ via Neural Activation Redirection", arXiv 2502.07218; code: github.com/facebookr
 
 LUNAR moves the residual stream of forget prompts, after decoder block ``l``, towards where the
 model sits when it is asked something it refuses or cannot verify, and leaves retain prompts
-where they are. It does so by training a single matrix: the MLP down-projection W of block l.
+where they are, by training a single matrix: the MLP down-projection W of block l.
 
 Symbols (as in the code):
 
-- ``o(x)``: block l's output at a token of prompt x (the residual stream entering block l+1);
-  ``a(x)``: the residual after block l's attention, before its MLP; ``h(x)``: the input of the
-  down-projection (the MLP's hidden activation), so ``o = a + W h`` (+ the projection's bias).
+- ``o(x)``: block l's output at a token of prompt x; ``a(x)``: the residual after block l's
+  attention, before its MLP; ``h(x)``: the input of the down-projection, so ``o = a + W h``.
 - ``r = mean_{x in D_ref} o(x)[-1] - mean_{x in D_f} o(x)[-1]``, the redirection vector (the
-  paper's unlearning vector r_UV): the mean block-l output at the last prompt token over the
-  reference prompts D_ref minus the same mean over the forget prompts D_f, under the model
+  paper's r_UV) over the reference prompts D_ref and the forget prompts D_f, under the model
   before unlearning (``self.redirection``, a buffer, so it is checkpointed).
-- targets, fixed by the model before unlearning (W0): forget tokens ``t_f = (o + c*r) - a =
-  W0 h_f + c*r``; retain tokens ``t_r = o - a = W0 h_r`` (their original MLP output).
+- targets, fixed by the model before unlearning (W0): forget tokens ``t_f = W0 h_f + c*r``;
+  retain tokens ``t_r = W0 h_r``.
 - loss ``L = MSE(W h_f, t_f) + MSE(W h_r, t_r)``, each MSE a mean over the batch's prompt
-  tokens and the d hidden units (``forget_mse``, ``retain_mse``). At W = W0 the retain term is
-  0 and the forget term is c^2 * ||r||^2 / d.
+  tokens (``token_positions``) and the d hidden units (``forget_mse``, ``retain_mse``).
 
-Since only W changes and h lies below it, h and both targets do not depend on W: a training
-step runs the model under ``no_grad`` only up to block l's down-projection input (a hook stops
-the forward there) and then one matmul with W. Training W in place is therefore the same as the
-released code's "optimise a copy of W on cached (h, target) pairs, then write it back".
-The projection's bias (GPT-2's ``c_proj``; Llama has none) is frozen and appears on both sides
-of each MSE, so it is left out of both.
+h and both targets do not depend on W, so a step runs the model under ``no_grad`` only up to
+W's input and then one matmul with W.
 
-Choices, and where they come from:
+Defaults (released ``config/forget.yaml``): c = 2.0, AdamW lr 1e-2, weight decay 0.01,
+``ExponentialLR(0.9)`` per epoch, 20 epochs (set in the recipe), ``token_positions="prompt"``;
+``layer=None`` scales the released block 22 of 32 to the model's depth.
 
-- Token positions: r uses the last prompt token (released code: ``positions: -1`` of the
-  end-of-instruction tokens). The MSE terms use prompt tokens only, never answer tokens, as the
-  released code (it reads the prompt-only activations of each question, batch size 1, and adds
-  c*r at every position); padding is masked out here. ``token_positions`` picks which:
-
-  - ``prompt`` (default, the released code): every prompt token, forget and retain alike.
-  - ``question``: the same, except that the forget term skips the template prefix that every
-    prompt shares (``shared_prefix_length``: ``<|im_start|>user``, or SmolLM2's default
-    system prompt, 24 tokens). Those tokens have the same h in every prompt, so W cannot move
-    them for forget prompts alone: under ``prompt`` the least-squares compromise shifts them by
-    about c*r/2 in *every* prompt (forget and retain weigh equally); under ``question`` the
-    retain term holds them in place. Not in the paper; prefer it for long shared templates.
-  - ``last``: each prompt's last token only (where r is measured), in both terms.
-- Layer: the paper chooses l with a layer-selection step that the released code does not
-  contain (its exact criterion is not reproduced here); the released code takes
-  ``layer_modified`` from its config, 22 of Llama-3-8B-Instruct's 32 blocks. Here ``layer`` is
-  given by the user; its default ``None`` scales the released choice to the model's depth,
-  ``num_layers * 22 // 32`` (block 20 of SmolLM2-135M's 30).
-- Reference prompts: the released code uses harmful requests (``dataset/splits/harmful.json``,
-  AdvBench-style prompts from the refusal-direction work; ``use_harmful: true``) or, as its
-  alternative, questions about entities that do not exist (``unverified.json``). The built-in
-  ``DEFAULT_REFERENCE_PROMPTS`` mix the two kinds, written for trustlit; pass your own
-  (``reference_prompts``) for a model with other refusal habits: a model that answers harmful
-  requests (SmolLM2-135M-Instruct does) needs prompts it actually declines.
-- Optimiser: AdamW on W (lr 1e-2; weight decay 0.01, torch's default, which the released code
-  keeps), ``ExponentialLR(gamma=0.9)`` stepped once per epoch, 20 epochs, c = 2.0 (released
-  ``config/forget.yaml``; set ``trainer.max_epochs: 20`` in the recipe). The paper optimises on
-  all forget samples and an equal number of randomly drawn retain samples, which is what
-  ForgetRetainDataModule's batches are (an epoch: one pass over the forget set).
-
-Differences from the released code (commit dfa56eb):
-
-- The released loss is one ``MSELoss`` over shuffled batches of 64 token rows that mix forget
-  and retain tokens, so each set weighs by its share of the tokens; here the two MSEs are
-  taken separately and summed, so the two sets weigh equally whatever their token counts.
-- The released code finds r at the *input* of block l+1 (a pre-hook, ``layer_index + 1``), so
-  it cannot target the last block (index out of range); here r is block l's output, the same
-  tensor for l < L-1, and the last block works too.
-- ``perturb_post_block_activations_forget`` is documented "only perturb the last token" but
-  adds c*r at every prompt position; the code's behaviour is the one followed (``prompt``).
-- The released code trains its copy of W in bfloat16; here the MSEs are computed in float32.
+Notes: docs/methods/lunar.md (choices, and the differences from the released code).
 """
 
 from __future__ import annotations
@@ -83,12 +38,13 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 from transformers.pytorch_utils import Conv1D
 
+from trustlit.hparams import NonNegativeFloat, PositiveFloat, check_arguments
 from trustlit.llm import hooks
 from trustlit.llm.anatomy import decoder_layer, decoder_layers, mlp_down_projection
 from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.prompts import encode_qa, resolve_prompt_format
 from trustlit.llm.scoring import eval_mode
-from trustlit.unlearning.base import UnlearningModule, check_positive
+from trustlit.unlearning.base import UnlearningModule
 
 # Prompts a model should refuse or cannot verify: the "reference" side of r. Half harmful
 # requests (the paper's default kind), half questions about things that do not exist.
@@ -160,7 +116,7 @@ def redirection_mse(
 
 
 class LUNAR(UnlearningModule):
-    """LUNAR (see the module docstring for the formulas and the defaults' sources).
+    """LUNAR (see the module docstring for the formulas; docs/methods/lunar.md for the defaults' sources).
 
     Args:
         lm: the model (:class:`~trustlit.llm.loading.CausalLMSpec` or its fields as a dict); LoRA is
@@ -183,21 +139,19 @@ class LUNAR(UnlearningModule):
         self,
         lm: CausalLMSpec | None = None,
         layer: int | None = None,
-        coefficient: float = 2.0,
-        lr: float = 1e-2,
-        lr_decay: float = 0.9,
+        coefficient: PositiveFloat = 2.0,
+        lr: PositiveFloat = 1e-2,
+        lr_decay: PositiveFloat = 0.9,
         reference_prompts: list[str] | None = None,
-        weight_decay: float = 0.01,
+        weight_decay: NonNegativeFloat = 0.01,
         token_positions: TokenPositions = "prompt",
         **kwargs: Any,
     ) -> None:
-        check_positive(coefficient=coefficient, lr=lr)
-        if not 0 < lr_decay <= 1:
-            raise ValueError(f"lr_decay must be in (0, 1], got {lr_decay}")
+        check_arguments(LUNAR.__init__, locals())
+        if lr_decay > 1:  # (0, 1]: the type says > 0
+            raise ValueError(f"LUNAR: lr_decay={lr_decay!r} is invalid, expected a number in (0, 1]")
         if token_positions not in ("prompt", "question", "last"):
             raise ValueError(f"token_positions must be 'prompt', 'question' or 'last', got '{token_positions}'")
-        if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
         # CausalLMModule's schedule knobs pass through **kwargs (LightningCLI fills in their defaults)
         for key, default in (("warmup_steps", 0), ("lr_schedule", "constant")):
             if kwargs.get(key, default) != default:

@@ -4,10 +4,10 @@ From Catastrophic Collapse to Effective Unlearning", arXiv 2404.05868).
 L = -(2/beta) * mean_i log sigmoid(beta * (NLL_theta(y_i|x_i) - NLL_ref(y_i|x_i))) + alpha * L_retain
 
 on forget pairs (x_i, y_i), NLL summed over answer tokens, pi_ref the model before unlearning
-(a frozen copy, or the LoRA model with adapters disabled). Its gradient is gradient ascent's
-reweighted by sigmoid(-beta * (NLL_theta - NLL_ref)), which vanishes as the forget answers
-become unlikely; that is what stops NPO's collapse. Defaults (paper, open-unlearning TOFU):
-beta = 0.1, alpha = 1, retain NLL.
+(a frozen copy, or the LoRA model with adapters disabled). Defaults (paper, open-unlearning
+TOFU): beta = 0.1, alpha = 1, retain NLL.
+
+Notes: docs/methods/npo.md
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ h_l is the output of decoder block ``layer`` at the answer tokens (means over ea
 tokens, then the batch), u a random unit vector drawn once (uniform in [0, 1)^d, normalised,
 as the released code) and scaled by the steering coefficient c, h^frozen the model before
 unlearning. Only the MLP down-projections of blocks ``trainable_layers`` (default l-2, l-1, l)
-train. Forget activations are pushed towards a fixed random direction, which scrambles what
-later layers read from them, while retain activations are held in place.
-Defaults: open-unlearning's TOFU config (l = 7, c = 2, alpha = 1); the WMDP paper used
+train. Defaults: open-unlearning's TOFU config (l = 7, c = 2, alpha = 1); the WMDP paper used
 c = 6.5, alpha = 1200 for Zephyr-7B.
+
+Notes: docs/methods/rmu.md
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from typing import Any
 
 import torch
 
+from trustlit.hparams import NonNegativeFloat, PositiveFloat, check_arguments
 from trustlit.llm import hooks
 from trustlit.llm.anatomy import decoder_layer, decoder_layers, mlp_down_projection
 from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.prompts import IGNORE_INDEX
-from trustlit.unlearning.base import UnlearningModule, check_positive
+from trustlit.unlearning.base import UnlearningModule
 from trustlit.unlearning.losses import rmu_loss
 
 
@@ -43,13 +44,13 @@ class RMU(UnlearningModule):
         self,
         lm: CausalLMSpec | None = None,
         layer: int = 7,
-        steering_coeff: float = 2.0,
-        retain_weight: float = 1.0,
+        steering_coeff: PositiveFloat = 2.0,
+        retain_weight: NonNegativeFloat = 1.0,
         trainable_layers: list[int] | None = None,
         control_seed: int = 0,
         **kwargs: Any,
     ) -> None:
-        check_positive(steering_coeff=steering_coeff)
+        check_arguments(RMU.__init__, locals())
         lm_spec = lm if not isinstance(lm, dict) else CausalLMSpec(**lm)
         if lm_spec is not None and lm_spec.lora is not None:
             raise ValueError("RMU trains MLP down-projections of chosen layers itself: drop `lora` from the model spec")

@@ -7,14 +7,14 @@ L = -(2/beta) * mean_i log sigmoid(beta * (NLL_theta(y_i|x_i) / |y_i| - gamma)) 
     + w_retain * NLL_retain
 
 with NLL summed over answer tokens and NLL_retain the token-mean NLL of the retain answers.
-The paper prints sigmoid(beta * NLL/|y| - gamma); the authors' released code scales the
-margin by beta, sigmoid(beta * (NLL/|y| - gamma)), which is what this implements (identical
-for the released gamma = 0). The loss uses sequence log-likelihoods of the answer tokens, never
-raw logits (the official MUSE baseline code feeds logits to the loss, a bug).
+The margin gamma is scaled by beta, as in the authors' released code (the paper prints
+sigmoid(beta * NLL/|y| - gamma)).
 
 Released TOFU defaults: forget05 beta = 2.5, w_forget = 0.1375; forget10 beta = 4.5,
 w_forget = 0.125; gamma = 0, w_retain = 1; lr 1e-5, 10 epochs, weight decay 0.01. The
 constructor defaults are forget05's; the recipes set the others.
+
+Notes: docs/methods/simnpo.md
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from typing import Any
 
 import torch
 
+from trustlit.hparams import NonNegativeFloat, PositiveFloat, check_arguments
 from trustlit.llm.loading import CausalLMSpec
 from trustlit.strategies import FSDP2
-from trustlit.unlearning.base import UnlearningModule, check_positive
+from trustlit.unlearning.base import UnlearningModule
 from trustlit.unlearning.losses import simnpo_loss, token_mean_nll
 
 
@@ -46,13 +47,13 @@ class SimNPO(UnlearningModule):
     def __init__(
         self,
         lm: CausalLMSpec | None = None,
-        beta: float = 2.5,
-        gamma: float = 0.0,
-        forget_weight: float = 0.1375,
-        retain_weight: float = 1.0,
+        beta: PositiveFloat = 2.5,
+        gamma: NonNegativeFloat = 0.0,
+        forget_weight: NonNegativeFloat = 0.1375,
+        retain_weight: NonNegativeFloat = 1.0,
         **kwargs: Any,
     ) -> None:
-        check_positive(beta=beta)
+        check_arguments(SimNPO.__init__, locals())
         super().__init__(lm, **kwargs)
 
     def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
