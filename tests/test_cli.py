@@ -134,12 +134,12 @@ def test_wandb_mode_from_environment(monkeypatch):
 
 def test_unknown_recipe_key_is_named_and_nothing_is_written(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        run_cli(fit_args(tmp_path, "--model.init_args.learning_rat=0.1"))
+        main(fit_args(tmp_path, "--model.init_args.learning_rat=0.1"))
     assert "learning_rat" in capsys.readouterr().err
     recipe = tmp_path / "bad.yaml"
     recipe.write_text(QUICKSTART.read_text().replace("    lr: 3.0e-3\n", "    lr: 3.0e-3\n    learning_rat: 1\n"))
     with pytest.raises(SystemExit):
-        run_cli(["fit", "-c", str(recipe), f"--trainer.default_root_dir={tmp_path}"])
+        main(["fit", "-c", str(recipe), f"--trainer.default_root_dir={tmp_path}"])
     assert "learning_rat" in capsys.readouterr().err
     assert written_files(tmp_path) == [recipe]
 

@@ -96,8 +96,9 @@ class TrustlitCLI(LightningCLI):
     def _recipe_root_dirs(self) -> set[str]:
         roots = set()
         for config in self.configs:
-            trainer = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("trainer") or {}
-            roots.add(str(trainer.get("default_root_dir")))
+            trainer = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("trainer")
+            if isinstance(trainer, dict):  # not a fragment's path
+                roots.add(str(trainer.get("default_root_dir")))
         return roots
 
     def _place_outputs(self, config: Namespace) -> None:
@@ -268,16 +269,31 @@ def import_named_classes(argv: list[str], configs: list[Path]) -> None:
         registry.resolve(name)
 
 
-def run_cli(args: list[str] | None = None) -> TrustlitCLI:
-    """Run LightningCLI on ``args`` (default ``sys.argv[1:]``) and return it (trainer, model, data).
+class ParseOnlyCLI(TrustlitCLI):
+    """Parses and checks a command as ``trustlit fit`` would, and builds, loads and runs nothing."""
 
-    A parse error raises :class:`~trustlit.errors.ConfigError` with one line naming the key (and the
-    recipe file that holds it) instead of printing the usage."""
-    argv, configs = _config_paths(list(sys.argv[1:] if args is None else args))
+    def _parse_ckpt_path(self) -> None:
+        """The checkpoint may exist only where the command will run."""
+
+    def _set_seed(self) -> None:
+        """Nothing is drawn."""
+
+    def before_instantiate_classes(self) -> None:
+        """Nothing is built."""
+
+    def instantiate_classes(self) -> None:
+        """Nothing is built."""
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Nothing runs."""
+
+
+def _lightning_cli(cli_class: type[TrustlitCLI], args: list[str]) -> TrustlitCLI:
+    argv, configs = _config_paths(args)
     import_named_classes(argv, configs)
     drop_lightning_tips()
     try:
-        return TrustlitCLI(
+        return cli_class(
             L.LightningModule,
             L.LightningDataModule,
             subclass_mode_model=True,
@@ -290,3 +306,17 @@ def run_cli(args: list[str] | None = None) -> TrustlitCLI:
         )
     except ArgumentError as error:
         raise ConfigError(describe_parse_error(error, configs)) from error
+
+
+def run_cli(args: list[str] | None = None) -> TrustlitCLI:
+    """Run LightningCLI on ``args`` (default ``sys.argv[1:]``) and return it (trainer, model, data).
+
+    A parse error raises :class:`~trustlit.errors.ConfigError` with one line naming the key (and the
+    recipe file that holds it) instead of printing the usage."""
+    return _lightning_cli(TrustlitCLI, list(sys.argv[1:] if args is None else args))
+
+
+def check_arguments(args: list[str]) -> None:
+    """Parse ``args`` (``fit -c RECIPE ...``) with the parser ``run_cli`` uses, importing only the classes
+    they name; a typo raises :class:`~trustlit.errors.ConfigError` (for ``trustlit slurm submit``)."""
+    _lightning_cli(ParseOnlyCLI, args)

@@ -356,6 +356,7 @@ def render_script(options: SubmitOptions) -> str:
     job_name, root_dir = job_name_and_root(options)
     _check_job(options, job_name, root_dir)
     overrides = [*options.overrides, *([f"--trainer.strategy={options.strategy}"] if options.strategy else [])]
+    check_command(recipe, overrides)
     values = {
         "job_name": job_name,
         "nodes": layout.num_nodes,
@@ -374,6 +375,19 @@ def render_script(options: SubmitOptions) -> str:
     }
     text = (TEMPLATE_DIR / f"{layout.template}.sbatch").read_text(encoding="utf-8")
     return ScriptTemplate(text).substitute(values)
+
+
+def check_command(recipe: Path, overrides: Sequence[str]) -> None:
+    """Parses ``trustlit fit -c RECIPE OVERRIDES`` with LightningCLI's parser (building nothing), so that
+    a typo fails here and not after the job waited in the queue."""
+    from trustlit.errors import root_message
+    from trustlit.lightning_cli import check_arguments
+
+    checked = [arg for arg in overrides if not arg.startswith("--print_config")]  # it would print and exit
+    try:
+        check_arguments(["fit", "-c", str(recipe), *checked])
+    except (ValueError, KeyError, OSError) as error:
+        raise SlurmConfigError(root_message(error)) from error
 
 
 def submit(script: str, root_dir: Path) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,30 @@ def test_sbatch_refusal_is_reported(fake_sbatch, tmp_path):
     (tmp_path / "bin" / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: invalid partition' >&2\nexit 1\n")
     with pytest.raises(SystemExit, match="sbatch refused the job: sbatch: error: invalid partition"):
         main(["submit", str(QUICKSTART), *CPU_DDP])
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("--model.init_args.learning_rat=0.1", r"unknown key 'learning_rat' under 'model'"),
+        ("--trainer.max_epochs=many", r"trainer.max_epochs=many: expected int or None"),
+    ],
+    ids=["unknown-key", "bad-value"],
+)
+def test_a_typo_in_the_overrides_fails_at_submit(fake_sbatch, tmp_path, override, message):
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(SystemExit, match=message):
+        main(["submit", str(QUICKSTART), *CPU_DDP, override])
+    assert not fake_sbatch.exists(), "sbatch must not be called"
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_submit_validates_without_importing_other_families():
+    code = (
+        "import sys\nfrom trustlit.slurm import check_command\n"
+        f"check_command({str(QUICKSTART)!r}, ['--trainer.devices=2'])\n"
+        "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('trustlit.')}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    families = eval(out.strip().splitlines()[-1])
+    assert "privacy" not in families and "safety" not in families
