@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trustlit.cli import main
+from trustlit.cli import main, run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO_ROOT / "recipes" / "quickstart" / "finetune_fictitious.yaml"
@@ -130,3 +130,18 @@ def test_help_and_recipes_import_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("False")
+
+
+def test_output_is_quiet_by_default(tmp_path, capsys, caplog):
+    """No litlogger tip, no FLOPs, no v_num, and one results table whose metric names are whole in a file."""
+    split_table = '--trainer.callbacks=[{"class_path": "trustlit.callbacks.SplitMetricsTable"}]'
+    args = [*quickstart(tmp_path, split_table), "--trainer.limit_val_batches=0", "--trainer.limit_test_batches=1"]
+    fit = run_cli(args)
+    assert "v_num" not in fit.trainer.progress_bar_callback.get_metrics(fit.trainer, fit.model)
+    tested = run_cli(["test", *args[1:]])
+    out = capsys.readouterr().out
+    logged = caplog.text + out
+    assert "litlogger" not in logged and "flops" not in logged.lower()
+    assert out.count("test metrics per split") == 1 and "Test metric" not in out, "Lightning's table is off"
+    names = {key.split("/")[-1] for key in tested.trainer.callback_metrics if key.startswith("test/")}
+    assert names and all(f" {name} " in out for name in names), "metric names are not cut"
