@@ -242,7 +242,7 @@ def test_bad_hyperparameters_are_named():
         RMU(lm=tiny, layer=5)
     with pytest.raises(ValueError, match="lora"):
         RMU(lm={**tiny, "lora": {"r": 2}}, layer=1)
-    with pytest.raises(ValueError, match=r"PreferenceUnlearning: beta=0\.0 is invalid, expected a number > 0"):
+    with pytest.raises(ValueError, match=r"NPO: beta=0\.0 is invalid, expected a number > 0"):
         NPO(lm=tiny, beta=0.0)
     with pytest.raises(ValueError, match="retain_loss must be 'nll' or 'kl'"):
         GradDiff(lm=tiny, retain_loss="l2")

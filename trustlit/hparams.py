@@ -62,7 +62,8 @@ def check_arguments(function: Callable[..., Any], arguments: Mapping[str, Any]) 
     """Validate ``arguments`` (a constructor's ``locals()``) against the restricted types of ``function``'s
     annotations; the first bad one raises ``ValueError``: ``Class: key=value is invalid, expected ...``."""
     hints = typing.get_type_hints(function)
-    owner = function.__qualname__.rsplit(".", 1)[0]
+    # the class being built (a subclass that inherits the constructor), else the one that defines it
+    owner = type(arguments["self"]).__name__ if "self" in arguments else function.__qualname__.rsplit(".", 1)[0]
     for name in inspect.signature(function).parameters:
         restricted = _restriction(hints.get(name))
         value = arguments.get(name)
