@@ -42,21 +42,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-# the sibling scripts (common.py, privacy_accuracy.py) import each other by file name: make that work under
-# `python -m benchmarks.privacy` too (as a script, sys.path[0] is this directory already)
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+if not __package__:  # run as benchmarks/privacy.py: import this repository's benchmarks package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import lightning as L
 import numpy as np
 import opacus
 import scipy
 import torch
 import torch.nn.functional as F
-from common import bare_trainer, provenance, quiet, read_sections, render_report, with_provenance
-from privacy_accuracy import accuracy_section
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from benchmarks.common import bare_trainer, provenance, quiet, read_sections, render_report, with_provenance
+from benchmarks.privacy_accuracy import accuracy_section
 from trustlit.audit import CanaryAudit, run_canary_audit
 from trustlit.classifiers import MLPClassifier
 from trustlit.data.tabular import TabularDataModule, bound_row_norms

@@ -9,6 +9,16 @@ import lightning as L
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+QUICKSTART = REPO_ROOT / "recipes" / "quickstart" / "finetune_fictitious.yaml"
+# The quickstart small enough that a fit of a few epochs takes seconds: 6 authors, 54 facts, 4 batches of 16
+TINY = [
+    "--model.init_args.lm.tiny.hidden_size=32",
+    "--model.init_args.lm.tiny.num_layers=1",
+    "--model.init_args.lm.tiny.num_heads=2",
+    "--data.init_args.fictitious.num_authors=6",
+    "--data.init_args.max_length=64",
+    "--trainer.enable_progress_bar=false",
+]
 
 
 def quiet_trainer(**kwargs) -> L.Trainer:
@@ -77,3 +87,23 @@ class SafetyBatches(L.LightningDataModule):
         from torch.utils.data import DataLoader
 
         return DataLoader(self.batches, batch_size=None)
+
+
+def read_recipe(recipe: Path) -> dict:
+    """A recipe's YAML with its value fragments read in: a top-level value, or a ``trainer.callbacks`` item,
+    given as a path (relative to the recipe, as jsonargparse resolves it) is replaced by that file's content."""
+    import yaml
+
+    def expand(value):
+        return yaml.safe_load((recipe.parent / value).read_text()) if isinstance(value, str) else value
+
+    config = {key: expand(value) for key, value in (yaml.safe_load(recipe.read_text()) or {}).items()}
+    trainer = config.get("trainer") or {}
+    callbacks: list = []
+    for item in as_list(expand(trainer.get("callbacks") or [])):
+        callbacks += as_list(expand(item))  # a fragment may hold one callback or a list of them
+    return {**config, "trainer": {**trainer, "callbacks": callbacks}}
+
+
+def as_list(value) -> list:
+    return value if isinstance(value, list) else [value]

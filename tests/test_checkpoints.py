@@ -13,28 +13,19 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from helpers import QUICKSTART, REPO_ROOT, TINY
 
 from trustlit.checkpointing import LOCK_NAME, AtomicCheckpointIO, CheckpointDirLock
 from trustlit.cli import main
 from trustlit.errors import RunLockedError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = REPO_ROOT / "recipes" / "quickstart" / "finetune_fictitious.yaml"
 SIMNPO = REPO_ROOT / "recipes" / "unlearning" / "simnpo_tofu.yaml"
-TINY = [  # tests/test_cli.py's TINY: 6 authors, 4 batches an epoch
-    "--model.init_args.lm.tiny.hidden_size=32",
-    "--model.init_args.lm.tiny.num_layers=1",
-    "--model.init_args.lm.tiny.num_heads=2",
-    "--data.init_args.fictitious.num_authors=6",
-    "--data.init_args.max_length=64",
-    "--trainer.enable_progress_bar=false",
-    "--trainer.limit_val_batches=0",
-]
+TINY_NO_VALIDATION = [*TINY, "--trainer.limit_val_batches=0"]
 
 
 def quickstart(command: str, root: Path, *extra: str) -> list[str]:
     """The quickstart at tiny size; only ``trainer.default_root_dir`` says where it writes."""
-    return [command, "-c", str(QUICKSTART), *TINY, f"--trainer.default_root_dir={root}", *extra]
+    return [command, "-c", str(QUICKSTART), *TINY_NO_VALIDATION, f"--trainer.default_root_dir={root}", *extra]
 
 
 def files(root: Path) -> list[Path]:

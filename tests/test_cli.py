@@ -7,25 +7,13 @@ import pytest
 import torch
 import wandb
 import yaml
-from helpers import SHARED_DATA
+from helpers import QUICKSTART, REPO_ROOT, SHARED_DATA, TINY, read_recipe
 
 from trustlit.cli import main, run_cli
 from trustlit.loggers import wandb_offline_from_env
 from trustlit.resources import list_recipes
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
 RECIPES = sorted((REPO_ROOT / "recipes").rglob("*.yaml"))
-QUICKSTART = REPO_ROOT / "recipes" / "quickstart" / "finetune_fictitious.yaml"
-# Small enough that a fit of a few epochs takes seconds.
-TINY = [
-    "--model.init_args.lm.tiny.hidden_size=32",
-    "--model.init_args.lm.tiny.num_layers=1",
-    "--model.init_args.lm.tiny.num_heads=2",
-    "--data.init_args.fictitious.num_authors=6",
-    "--data.init_args.max_length=64",
-    "--trainer.enable_progress_bar=false",
-]
 
 
 def fit_args(root: Path, *extra: str, configs: tuple[Path, ...] = ()) -> list[str]:
@@ -51,7 +39,7 @@ def test_recipes_exist_and_are_listed_with_descriptions(capsys):
 def offline_stand_ins(recipe: Path) -> list[str]:
     """Overrides that run a recipe here: a tiny model for checkpoints and pretrained models, the
     shared TOFU copy for the hub dataset, a layer the tiny model has."""
-    config = yaml.safe_load(recipe.read_text())
+    config = read_recipe(recipe)
     model_args, data_args = config["model"]["init_args"], config["data"]["init_args"]
     overrides = []
     if not model_args.get("lm", {}).get("name_or_path", "tiny-").startswith("tiny-"):

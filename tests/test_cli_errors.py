@@ -8,20 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import QUICKSTART, REPO_ROOT, TINY
 
 from trustlit.cli import main, run_cli
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = REPO_ROOT / "recipes" / "quickstart" / "finetune_fictitious.yaml"
 UNLEARN = REPO_ROOT / "recipes" / "quickstart" / "unlearn_fictitious.yaml"
 DPSGD = REPO_ROOT / "recipes" / "privacy" / "dpsgd_mlp_digits.yaml"
-TINY = [
-    "--model.init_args.lm.tiny.hidden_size=32",
-    "--model.init_args.lm.tiny.num_layers=1",
-    "--model.init_args.lm.tiny.num_heads=2",
-    "--data.init_args.fictitious.num_authors=6",
-    "--data.init_args.max_length=64",
-]
 
 
 def files(root: Path) -> list[Path]:

@@ -61,7 +61,8 @@ def test_installed_recipes_are_listed_by_name(installed, tmp_path):
 def test_an_installed_recipe_runs_by_name_from_another_directory(installed, tmp_path):
     _, env = installed
     overrides = [
-        "--trainer.fast_dev_run=true",
+        "--trainer.max_steps=1",
+        "--trainer.limit_val_batches=0",
         "--trainer.enable_progress_bar=false",
         f"--trainer.default_root_dir={tmp_path / 'run'}",
         f"--trainer.logger.init_args.save_dir={tmp_path / 'run'}",

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, read_recipe
 
 from trustlit import registry
 from trustlit.hparams import PositiveFloat
@@ -41,10 +40,8 @@ def import_class_path(class_path: str) -> Any:
 
 def recipe_class_paths(recipe: Path) -> list[str]:
     """``model.class_path`` and every ``trainer.callbacks`` class_path of a recipe."""
-    config = yaml.safe_load(recipe.read_text()) or {}
-    callbacks = (config.get("trainer") or {}).get("callbacks") or []
-    callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
-    parts = [config.get("model"), *callbacks]
+    config = read_recipe(recipe)
+    parts = [config.get("model"), *config["trainer"]["callbacks"]]
     return [part["class_path"] for part in parts if isinstance(part, dict) and "class_path" in part]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from helpers import QUICKSTART, TINY
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 from lightning.pytorch.utilities.data import _update_dataloader
@@ -18,17 +19,6 @@ from torch.utils.data import DataLoader
 from trustlit.cli import run_cli
 from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
 from trustlit.llm.module import lr_multiplier
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = REPO_ROOT / "recipes" / "quickstart" / "finetune_fictitious.yaml"
-TINY = [  # tests/test_cli.py's TINY: 6 authors, 54 samples, 4 batches of 16 per epoch
-    "--model.init_args.lm.tiny.hidden_size=32",
-    "--model.init_args.lm.tiny.num_layers=1",
-    "--model.init_args.lm.tiny.num_heads=2",
-    "--data.init_args.fictitious.num_authors=6",
-    "--data.init_args.max_length=64",
-    "--trainer.enable_progress_bar=false",
-]
 
 
 def loader(num_samples: int = 10, batch_size: int = 3, num_workers: int = 0) -> ResumableDataLoader:

@@ -184,7 +184,9 @@ def test_compare_prints_runs_side_by_side(tmp_path, capsys):
     assert rows["forget_prob"] == ["0.9000", "0.1250"]
     assert rows["model_utility"] == ["0.5000", "-"]
     assert rows["forget_quality"] == ["-", "0.2500"]
-    with pytest.raises(FileNotFoundError, match=r"missing\.json"):
+    with pytest.raises(SystemExit) as exit_info:
         main(["compare", str(tmp_path / "missing.json")])
+    assert exit_info.value.code != 0
+    assert "missing.json" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="usage"):
         main(["compare"])

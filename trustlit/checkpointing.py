@@ -32,6 +32,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from trustlit.errors import CheckpointError, RunLockedError
+from trustlit.paths import current_umask
 
 MODEL_CLASS_KEY = "trustlit_model_class"
 LOG_DIR_KEY = "trustlit_log_dir"
@@ -54,17 +55,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 torch.save(checkpoint, handle)
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.chmod(temp, 0o666 & ~_umask())  # mkstemp makes it 0600; a checkpoint gets the usual mode
+            os.chmod(temp, 0o666 & ~current_umask())  # mkstemp makes it 0600; a checkpoint gets the usual mode
             os.replace(temp, target)
         except BaseException:
             Path(temp).unlink(missing_ok=True)
             raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 class TrustlitCheckpoint(ModelCheckpoint):
@@ -210,12 +205,20 @@ def find_last(directory: Path) -> Path | None:
     return candidates[-1] if candidates else None
 
 
+SHARDED_METADATA = "meta.pt"  # what Lightning writes beside the shards of a distributed checkpoint directory
+
+
 def read_checkpoint(path: Path) -> dict[str, Any]:
-    """The checkpoint's contents, memory-mapped (the weights are not read); a bad file names its path."""
-    if not path.is_file():
+    """The checkpoint's contents, memory-mapped (the weights are not read); a bad file names its path.
+
+    A sharded checkpoint (a directory, written under FSDP2) is read from its metadata file, which
+    holds everything but the model and optimiser shards.
+    """
+    file = path / SHARDED_METADATA if path.is_dir() else path
+    if not file.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        return torch.load(file, map_location="cpu", mmap=not path.is_dir(), weights_only=True)
     except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError... for a bad file
         raise CheckpointError(f"{path}: not a readable checkpoint, truncated or corrupt ({error})") from error
 

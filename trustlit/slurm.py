@@ -34,8 +34,8 @@ from typing import Any
 
 import yaml
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-TEMPLATE_DIR = PROJECT_ROOT / "slurm"
+from trustlit.resources import find_recipe, shipped_dir
+
 TEMPLATES = {
     "cpu": "CPU processes on one node, DDP over gloo (what the tests run)",
     "gpu": "one GPU",
@@ -91,6 +91,14 @@ class TrainerLayout:
 
 
 # ---------------------------------------------------------------------------------------- the recipe
+
+
+def recipe_file(recipe: Path) -> Path:
+    """The recipe's file, absolute: a path, or a listed name (``quickstart/finetune_fictitious``)."""
+    try:
+        return find_recipe(str(recipe)).resolve()
+    except FileNotFoundError as error:
+        raise SlurmConfigError(str(error)) from None
 
 
 def _load_yaml(path: Path, what: str) -> dict[str, Any]:
@@ -343,7 +351,7 @@ def _sbatch_lines(options: SubmitOptions) -> str:
 
 def render_script(options: SubmitOptions) -> str:
     """The sbatch script for ``options``, checked; raises :class:`SlurmConfigError` before any write."""
-    recipe = options.recipe.resolve()
+    recipe = recipe_file(options.recipe)
     trainer, explicit = trainer_settings(recipe, options.overrides)
     layout = plan_layout(
         trainer,
@@ -373,7 +381,7 @@ def render_script(options: SubmitOptions) -> str:
         "overrides": "".join(f" \\\n    {line}" for line in _argument_lines(overrides)),
         "logger_dir": _logger_dir_arg(trainer),
     }
-    text = (TEMPLATE_DIR / f"{layout.template}.sbatch").read_text(encoding="utf-8")
+    text = (shipped_dir("slurm") / f"{layout.template}.sbatch").read_text(encoding="utf-8")
     return ScriptTemplate(text).substitute(values)
 
 
@@ -416,7 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"templates (chosen from the accelerator, devices, nodes and strategy):\n{templates}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("recipe", type=Path, help="the recipe YAML (as for `trustlit fit -c`)")
+    parser.add_argument(
+        "recipe", type=Path, help="the recipe: a YAML path or a name from `trustlit recipes` (as for `trustlit fit -c`)"
+    )
     parser.add_argument(
         "--nodes", type=int, metavar="N", help="nodes (trainer.num_nodes; default: the recipe's, else 1)"
     )
