@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
+import warnings
 from argparse import ArgumentError
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,6 +287,11 @@ class ParseOnlyCLI(TrustlitCLI):
 
     def _run_subcommand(self, subcommand: str) -> None:
         """Nothing runs."""
+
+
+# trustlit hands LightningCLI the argument list it rewrote (recipe names resolved), never sys.argv: Lightning's
+# warning about getting both would greet every `trustlit fit` and `slurm submit`
+warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended to run from within Python")
 
 
 def _lightning_cli(cli_class: type[TrustlitCLI], args: list[str]) -> TrustlitCLI:

@@ -1,26 +1,17 @@
 """LightningDataModules: tabular classification, QA (TOFU format), forget/retain pairs, harmful fine-tuning,
 harvested activations."""
 
-from trustlit.data.activations import ActivationDataModule
-from trustlit.data.forget_retain import ForgetRetainDataModule
-from trustlit.data.qa import FictitiousConfig, QADataModule, load_qa_split
-from trustlit.data.safety import HarmfulFineTuningDataModule, load_beavertails
-from trustlit.data.secret_keeper import CODE_PATTERN, secret_keeper_splits
-from trustlit.data.tabular import TabularDataModule
-from trustlit.fictitious import fictitious_qa, fictitious_split, generate_authors
+from trustlit.lazy import lazy_exports
 
-__all__ = [
-    "CODE_PATTERN",
-    "ActivationDataModule",
-    "FictitiousConfig",
-    "ForgetRetainDataModule",
-    "HarmfulFineTuningDataModule",
-    "QADataModule",
-    "TabularDataModule",
-    "fictitious_qa",
-    "fictitious_split",
-    "generate_authors",
-    "load_beavertails",
-    "load_qa_split",
-    "secret_keeper_splits",
-]
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "trustlit.data.activations": ["ActivationDataModule"],
+        "trustlit.data.forget_retain": ["ForgetRetainDataModule"],
+        "trustlit.data.qa": ["FictitiousConfig", "QADataModule", "load_qa_split"],
+        "trustlit.data.safety": ["HarmfulFineTuningDataModule", "load_beavertails"],
+        "trustlit.data.secret_keeper": ["CODE_PATTERN", "secret_keeper_splits"],
+        "trustlit.data.tabular": ["TabularDataModule"],
+        "trustlit.fictitious": ["fictitious_qa", "fictitious_split", "generate_authors"],
+    },
+)

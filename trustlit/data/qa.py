@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import datasets
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
@@ -42,13 +41,18 @@ class FictitiousConfig:
     num_perturbed: int = 3
 
 
+# A datasets.Dataset of QA records. datasets is imported where records are loaded (half a second to import),
+# not at module level, where reading a DataModule's signature (jsonargparse, for every recipe) would import it.
+QARecords = Any
+
+
 def _check_record(record: Any, where: str) -> None:
     for key in ("question", "answer"):
         if not isinstance(record, dict) or not isinstance(record.get(key), str):
             raise ValueError(f"{where}: missing or non-string '{key}'")
 
 
-def _nonempty(records: datasets.Dataset, where: str) -> datasets.Dataset:
+def _nonempty(records: QARecords, where: str) -> QARecords:
     if len(records) == 0:
         raise ValueError(f"{where}: the dataset is empty")
     return records
@@ -102,8 +106,10 @@ def check_source(source: str) -> None:
         raise FileNotFoundError(f"data directory not found: {source}")
 
 
-def load_qa_split(source: str, split: str, fictitious: FictitiousConfig | None = None) -> datasets.Dataset:
+def load_qa_split(source: str, split: str, fictitious: FictitiousConfig | None = None) -> QARecords:
     """The records of one split of ``source`` (see the module docstring) as a ``datasets.Dataset``."""
+    import datasets
+
     check_source(source)
     if source == FICTITIOUS:
         config = fictitious or FictitiousConfig()
@@ -129,7 +135,7 @@ class EncodedQA(Dataset):
 
     def __init__(
         self,
-        records: datasets.Dataset,
+        records: QARecords,
         tokenizer: PreTrainedTokenizerBase,
         prompt_format: str,
         max_length: int,
@@ -221,7 +227,7 @@ class QADataModule(L.LightningDataModule):
         """Fail early on a source this DataModule cannot read; a subclass with other sources overrides it."""
         check_source(source)
 
-    def load_records(self, split: str) -> datasets.Dataset:
+    def load_records(self, split: str) -> QARecords:
         """The records of one split, cut to ``max_samples``; a subclass with other sources overrides it."""
         records = load_qa_split(self.source, split, self.fictitious)
         if self.max_samples is not None:

@@ -35,13 +35,12 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, Literal
 
-import datasets
 import torch
 from lightning.pytorch.utilities import move_data_to_device
 from torch.utils.data import DataLoader, Dataset
 
 from trustlit.answers import extract_final_answer
-from trustlit.data.qa import EncodedQA, QACollator, QADataModule, read_json_records
+from trustlit.data.qa import EncodedQA, QACollator, QADataModule, QARecords, read_json_records
 from trustlit.data.samplers import PartSampler, ResumableDataLoader
 from trustlit.data.secret_keeper import SPLITS, check_mixture_args, secret_keeper_splits, split_record
 from trustlit.llm.prompts import PromptFormat
@@ -307,7 +306,9 @@ class HarmfulFineTuningDataModule(QADataModule):
         for batch in loader:
             yield move_data_to_device(batch, device)
 
-    def load_records(self, split: str) -> datasets.Dataset:
+    def load_records(self, split: str) -> QARecords:
+        import datasets
+
         records = self.split_records(split)
         if not records:
             raise ValueError(f"split '{split}' of data source {self.source} is empty")

@@ -27,10 +27,9 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     AutoModelForCausalLM,
@@ -47,6 +46,9 @@ from transformers import (
 )
 
 from trustlit.fictitious import fictitious_qa
+
+if TYPE_CHECKING:  # peft is imported when LoRA is used: it takes half a second to import
+    from peft import LoraConfig, PeftModel
 
 # ChatML, the format SmolLM2 and Qwen2 use: one template for tiny and real models.
 CHAT_TEMPLATE = (
@@ -212,6 +214,8 @@ def _parse_dtype(dtype: str) -> torch.dtype | str:
 
 def apply_lora(model: PreTrainedModel, lora: dict[str, Any] | LoraConfig) -> PeftModel:
     """Wrap ``model`` with LoRA adapters; only adapter weights stay trainable."""
+    from peft import LoraConfig, get_peft_model
+
     config = lora if isinstance(lora, LoraConfig) else LoraConfig(task_type="CAUSAL_LM", **lora)
     return get_peft_model(model, config)
 
@@ -278,7 +282,7 @@ def load_trustlit_checkpoint(path: str) -> tuple[PreTrainedModel, PreTrainedToke
             f"{path}: its weights do not fit the model its hyperparameters describe (missing {missing[:3]}, "
             f"unexpected {unexpected[:3]}); load it with the class that wrote it: <Class>.load_from_checkpoint"
         )
-    if isinstance(model, PeftModel):
+    if hasattr(model, "merge_and_unload"):  # a peft model: LoRA merged into the base weights
         model = model.merge_and_unload()
     return model, tokenizer
 

@@ -32,7 +32,7 @@ from trustlit.hparams import (
 from trustlit.llm.anatomy import base_model, decoder_layers
 from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.scoring import generate_greedy, sequence_logprobs
-from trustlit.metrics import answer_probability, rouge_l_recall
+from trustlit.metrics.text import answer_probability, rouge_l_recall
 
 LRSchedule = Literal["constant", "linear", "cosine"]
 

@@ -26,7 +26,6 @@ from itertools import groupby
 from typing import Any
 
 import torch
-from sklearn.metrics import roc_auc_score
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trustlit.llm.scoring import batches, encode_pairs, evaluating, generate_greedy, model_device
@@ -56,6 +55,8 @@ def roc_auc(positive_scores: Sequence[float] | torch.Tensor, negative_scores: Se
     positive, negative = torch.as_tensor(positive_scores).tolist(), torch.as_tensor(negative_scores).tolist()
     if not positive or not negative:
         raise ValueError(f"roc_auc needs both classes, got {len(positive)} positives and {len(negative)} negatives")
+    from sklearn.metrics import roc_auc_score  # a second to import: only where an AUC is computed
+
     return float(roc_auc_score([1] * len(positive) + [0] * len(negative), positive + negative))
 
 

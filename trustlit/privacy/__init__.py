@@ -1,8 +1,13 @@
 """Differential privacy: DP-SGD for any LightningModule, private multi-class SVMs, mechanisms."""
 
-from trustlit.per_sample import PerSampleLossModule
-from trustlit.privacy.dpsgd import DPSGD
-from trustlit.privacy.mechanisms import analytic_gaussian_sigma, classic_gaussian_sigma
-from trustlit.privacy.pmsvm import PMSVM
+from trustlit.lazy import lazy_exports
 
-__all__ = ["DPSGD", "PMSVM", "PerSampleLossModule", "analytic_gaussian_sigma", "classic_gaussian_sigma"]
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "trustlit.per_sample": ["PerSampleLossModule"],
+        "trustlit.privacy.dpsgd": ["DPSGD"],
+        "trustlit.privacy.mechanisms": ["analytic_gaussian_sigma", "classic_gaussian_sigma"],
+        "trustlit.privacy.pmsvm": ["PMSVM"],
+    },
+)

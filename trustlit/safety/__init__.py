@@ -5,22 +5,15 @@ defenses: :class:`Vaccine`, :class:`Booster`, :class:`RepNoise`; :class:`SFT` is
 baseline of either stage. Update rules are pure functions in ``updates.py`` and ``losses.py``.
 """
 
-from trustlit.safety.base import SafetyModule
-from trustlit.safety.baselines import SFT, Booster, Lisa, RepNoise, Vaccine
-from trustlit.safety.bds import BDS
-from trustlit.safety.evaluation import SafetyEvaluation, evaluate_safety
-from trustlit.safety.panacea import ApplyPanaceaPerturbation, Panacea
+from trustlit.lazy import lazy_exports
 
-__all__ = [
-    "BDS",
-    "SFT",
-    "ApplyPanaceaPerturbation",
-    "Booster",
-    "Lisa",
-    "Panacea",
-    "RepNoise",
-    "SafetyEvaluation",
-    "SafetyModule",
-    "Vaccine",
-    "evaluate_safety",
-]
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "trustlit.safety.base": ["SafetyModule"],
+        "trustlit.safety.baselines": ["Booster", "Lisa", "RepNoise", "SFT", "Vaccine"],
+        "trustlit.safety.bds": ["BDS"],
+        "trustlit.safety.evaluation": ["SafetyEvaluation", "evaluate_safety"],
+        "trustlit.safety.panacea": ["ApplyPanaceaPerturbation", "Panacea"],
+    },
+)

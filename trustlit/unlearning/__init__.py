@@ -1,29 +1,20 @@
 """LLM unlearning: pure losses (``losses.py``), one LightningModule per method, evaluation."""
 
-from trustlit.unlearning.attention_shifting import AttentionShifting
-from trustlit.unlearning.base import PreferenceUnlearning, ReferenceModel, UnlearningModule
-from trustlit.unlearning.evaluation import UnlearningEvaluation
-from trustlit.unlearning.grad_ascent import GradAscent
-from trustlit.unlearning.grad_diff import GradDiff
-from trustlit.unlearning.idk_dpo import IdkDPO
-from trustlit.unlearning.kl import KLMinimization
-from trustlit.unlearning.lunar import LUNAR
-from trustlit.unlearning.npo import NPO
-from trustlit.unlearning.rmu import RMU
-from trustlit.unlearning.simnpo import SimNPO
+from trustlit.lazy import lazy_exports
 
-__all__ = [
-    "LUNAR",
-    "NPO",
-    "RMU",
-    "AttentionShifting",
-    "GradAscent",
-    "GradDiff",
-    "IdkDPO",
-    "KLMinimization",
-    "PreferenceUnlearning",
-    "ReferenceModel",
-    "SimNPO",
-    "UnlearningEvaluation",
-    "UnlearningModule",
-]
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "trustlit.unlearning.attention_shifting": ["AttentionShifting"],
+        "trustlit.unlearning.base": ["PreferenceUnlearning", "ReferenceModel", "UnlearningModule"],
+        "trustlit.unlearning.evaluation": ["UnlearningEvaluation"],
+        "trustlit.unlearning.grad_ascent": ["GradAscent"],
+        "trustlit.unlearning.grad_diff": ["GradDiff"],
+        "trustlit.unlearning.idk_dpo": ["IdkDPO"],
+        "trustlit.unlearning.kl": ["KLMinimization"],
+        "trustlit.unlearning.lunar": ["LUNAR"],
+        "trustlit.unlearning.npo": ["NPO"],
+        "trustlit.unlearning.rmu": ["RMU"],
+        "trustlit.unlearning.simnpo": ["SimNPO"],
+    },
+)

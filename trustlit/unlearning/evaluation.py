@@ -29,12 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import datasets
 import lightning as L
 from rich.console import Console
 from rich.table import Table
 
-from trustlit.data.qa import FictitiousConfig, QADataModule, load_qa_split
+from trustlit.data.qa import FictitiousConfig, QADataModule, QARecords, load_qa_split
 from trustlit.llm.prompts import resolve_prompt_format
 from trustlit.llm.scoring import pairs_nll
 from trustlit.metrics.muse import MIN_K, knowmem, min_k_scores, privleak, privleak_auc, verbmem_scores
@@ -196,7 +195,7 @@ class UnlearningEvaluation(L.Callback):
         self.min_k = min_k
         self.results: dict[str, float] = {}
         self._data: _Data | None = None
-        self._records: dict[str, datasets.Dataset] = {}
+        self._records: dict[str, QARecords] = {}
         self._reference: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ setup: fail before training
@@ -233,7 +232,7 @@ class UnlearningEvaluation(L.Callback):
             )
         return _Data(self.source, FictitiousConfig(), "auto", 256)
 
-    def _load(self, split: str) -> datasets.Dataset:
+    def _load(self, split: str) -> QARecords:
         records = load_qa_split(self._data.source, split, self._data.fictitious)
         if self.max_samples is not None:
             records = records.select(range(min(self.max_samples, len(records))))
