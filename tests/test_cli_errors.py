@@ -49,6 +49,21 @@ def test_bad_value_names_the_key_value_and_type(tmp_path, capsys):
     assert files(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("--model.init_args.lr=-1", "model.init_args.lr=-1: expected a number > 0 (PositiveFloat)"),
+        (
+            "--model.init_args.lr_schedule=cosin",
+            "model.init_args.lr_schedule=cosin: expected one of 'constant', 'linear', 'cosine'",
+        ),
+    ],
+)
+def test_a_bad_method_argument_names_its_full_key_and_what_is_valid(tmp_path, capsys, override, message):
+    assert error_line(capsys, quickstart(tmp_path, override), status=2) == message
+    assert files(tmp_path) == []
+
+
 def test_unknown_option_on_the_command_line(tmp_path, capsys):
     line = error_line(capsys, quickstart(tmp_path, "--trainer.max_epohs=3"), status=2)
     assert "--trainer.max_epohs=3" in line
@@ -127,7 +142,8 @@ def test_help_and_recipes_import_no_torch():
 def test_output_is_quiet_by_default(tmp_path, capsys, caplog):
     """No litlogger tip, no FLOPs, no v_num, and one results table whose metric names are whole in a file."""
     split_table = '--trainer.callbacks=[{"class_path": "trustlit.callbacks.SplitMetricsTable"}]'
-    args = [*quickstart(tmp_path, split_table), "--trainer.limit_val_batches=0", "--trainer.limit_test_batches=1"]
+    bar = "--trainer.enable_progress_bar=true"  # TINY turns it off
+    args = [*quickstart(tmp_path, split_table, bar), "--trainer.limit_val_batches=0", "--trainer.limit_test_batches=1"]
     fit = run_cli(args)
     assert "v_num" not in fit.trainer.progress_bar_callback.get_metrics(fit.trainer, fit.model)
     tested = run_cli(["test", *args[1:]])

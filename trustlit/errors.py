@@ -133,19 +133,42 @@ def _unknown_option(message: str, key: str, configs: list[Path]) -> str | None:
     return f"unknown key '{name}' under '{key}' (given on the command line){hint}"
 
 
+def _nested_key(message: str, key: str) -> str:
+    """``model.init_args.lr`` for an error that jsonargparse reports under ``model`` about a class's ``lr``."""
+    inner = re.findall(r'Parser key "([^"]+)"', message)[1:]
+    return ".init_args.".join([key, *inner]) if inner and "class_path" in message else key
+
+
+NOT_A_REASON = r"\s*-?\s*(Expected a|Given value|Subtypes|Errors:|Does not validate|Problem with|Parser key)"
+
+
+def _type_name(text: str) -> str:
+    """``int`` or ``one of 'a', 'b'`` from jsonargparse's ``<class 'int'>`` or ``typing.Literal['a', 'b']``."""
+    text = re.sub(r"\. Got value: .*$", "", text)
+    literal = re.match(r"typing\.Literal\[(.*)\]$", text)
+    if literal:
+        return f"one of {literal.group(1)}"
+    return text.removeprefix("<class '").removesuffix("'>").rsplit(".", 1)[-1]
+
+
 def _bad_value(message: str, key: str) -> str:
-    expected = [
-        m.group(1).removeprefix("<class '").removesuffix("'>").rsplit(".", 1)[-1]
-        for m in re.finditer(r"Expected a (.+)$", message, re.M)
-    ]
-    given = re.search(r"Given value: (.*)$", message, re.M)
+    nested = len(re.findall(r'Parser key "', message)) > 1
+    expected = [_type_name(m.group(1)) for m in re.finditer(r"Expected a (.+)$", message, re.M)]
+    if nested:  # the outer union's `None` alternative is not what the inner key accepts
+        expected = [name for name in expected if name != "NoneType"]
+    given = re.search(r"NestedArg\(key='[^']*', val='([^']*)'\)", message) or re.search(
+        r"Given value: (.*)$", message, re.M
+    )
+    restricted = re.search(r"Not of type (\w+): .* does not conform to restriction", message)
     reasons = [
-        line.strip(" -")
-        for line in message.splitlines()[1:]
-        if line.strip(" -")
-        and not re.match(r"\s*-?\s*(Expected a|Given value|Subtypes|Errors:|Does not validate|Problem with)", line)
+        line.strip(" -") for line in message.splitlines()[1:] if line.strip(" -") and not re.match(NOT_A_REASON, line)
     ]
+    from trustlit.hparams import RESTRICTION_DESCRIPTIONS  # jsonargparse: not for the light commands
+
+    key = _nested_key(message, key)
     value = f"={given.group(1)}" if given and len(given.group(1)) <= 80 else ""
+    if restricted and restricted.group(1) in RESTRICTION_DESCRIPTIONS:
+        return f"{key}{value}: expected {RESTRICTION_DESCRIPTIONS[restricted.group(1)]} ({restricted.group(1)})"
     if expected and not reasons:
         return f"{key}{value}: expected {' or '.join(dict.fromkeys(expected)).replace('NoneType', 'None')}"
     return f"{key}{value}: {reasons[-1] if reasons else one_line(message)}"

@@ -47,6 +47,8 @@ DESCRIPTIONS = {
     PositiveInt: "an integer > 0",
 }
 
+RESTRICTION_DESCRIPTIONS = {restricted.__name__: text for restricted, text in DESCRIPTIONS.items()}
+
 
 def _restriction(annotation: Any) -> Any | None:
     """The restricted type in ``annotation`` (also inside ``X | None``), else None."""
