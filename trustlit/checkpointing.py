@@ -18,7 +18,6 @@ import importlib
 import json
 import os
 import socket
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -32,34 +31,24 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from trustlit.errors import CheckpointError, RunLockedError
-from trustlit.paths import current_umask
+from trustlit.paths import TEMP_SUFFIX, atomic_path
 
 MODEL_CLASS_KEY = "trustlit_model_class"
 LOG_DIR_KEY = "trustlit_log_dir"
 LOCK_NAME = ".trustlit.lock"
-TEMP_SUFFIX = ".tmp"
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``torch.save`` into ``.<name>.<random>.tmp`` next to the target, fsync, then ``os.replace``."""
+    """``torch.save`` into a temporary file beside the target, fsync, rename (:func:`~trustlit.paths.atomic_path`)."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
         if storage_options is not None or not isinstance(get_filesystem(path), LocalFileSystem):
             super().save_checkpoint(checkpoint, path, storage_options)  # object stores write whole objects
             return
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TEMP_SUFFIX)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                torch.save(checkpoint, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(temp, 0o666 & ~current_umask())  # mkstemp makes it 0600; a checkpoint gets the usual mode
-            os.replace(temp, target)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        with atomic_path(Path(path)) as temporary, open(temporary, "wb") as handle:
+            torch.save(checkpoint, handle)
+            handle.flush()
+            os.fsync(handle.fileno())  # on disk before the rename makes it the checkpoint
 
 
 class TrustlitCheckpoint(ModelCheckpoint):

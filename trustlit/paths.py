@@ -6,9 +6,12 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+TEMP_SUFFIX = ".tmp"  # what an interrupted atomic write leaves behind: .<name>.<random>.tmp
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -25,15 +28,26 @@ def current_umask() -> int:
     return mask
 
 
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write JSON through a temporary file in the same directory, renamed into place: never half-written."""
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path in ``path``'s own directory to write to: renamed onto ``path`` when the block ends
+    without error, removed otherwise, so readers see the old file or the new one and never half of one
+    (a temporary file in ``$TMPDIR`` moved across filesystems would not be atomic on cluster storage)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    descriptor, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    os.close(descriptor)
+    temporary = Path(name)
     try:
         os.chmod(temporary, 0o666 & ~current_umask())  # mkstemp makes it 0600: give it a normal file's mode
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
+        yield temporary
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Write JSON through :func:`atomic_path`: never half-written."""
+    text = json.dumps(payload, indent=2)
+    with atomic_path(path) as temporary:
+        temporary.write_text(text, encoding="utf-8")

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -51,7 +50,7 @@ from trustlit.llm import hooks
 from trustlit.llm.anatomy import decoder_layer, decoder_layers, mlp_down_projection, self_attention
 from trustlit.llm.loading import DTYPES
 from trustlit.llm.prompts import IGNORE_INDEX
-from trustlit.paths import write_json_atomic
+from trustlit.paths import atomic_path, write_json_atomic
 from trustlit.strategies import DDP, SINGLE_DEVICE, check_strategy
 
 Site = Literal["residual", "mlp", "attention"]
@@ -129,14 +128,9 @@ def harvest_batch(
 
 
 def save_safetensors_atomic(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """Write a safetensors file through a temporary file in the same directory, renamed into place."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # created with the umask's mode, unlike mkstemp
-    try:
+    """Write a safetensors file through :func:`~trustlit.paths.atomic_path`: never half-written."""
+    with atomic_path(path) as temporary:
         save_file(tensors, temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 class ShardWriter:
