@@ -55,9 +55,9 @@ demo: $(STAMP)
 	  echo "make demo: the previous results are now in $$kept"; fi
 	$(RUN) fit -c $(FINETUNE) $(QUIET)
 	$(RUN) fit -c $(FINETUNE) $(QUIET) --data.init_args.train_split=retain90 \
-	  --trainer.default_root_dir=$(RETAIN_DIR) --trainer.logger.init_args.save_dir=$(RETAIN_DIR)
+	  --trainer.default_root_dir=$(RETAIN_DIR)
 	$(RUN) test -c $(FINETUNE) $(QUIET) --ckpt_path=$(RETAIN_DIR)/checkpoints/last.ckpt \
-	  --trainer.default_root_dir=$(RETAIN_DIR) --trainer.logger.init_args.save_dir=$(RETAIN_DIR)
+	  --trainer.default_root_dir=$(RETAIN_DIR)
 	$(RUN) test -c $(FINETUNE) $(QUIET) --ckpt_path=last \
 	  --trainer.callbacks.init_args.reference=$(RETAIN_DIR)/unlearning_eval.json
 	$(RUN) fit -c $(UNLEARN) $(QUIET)
