@@ -1,5 +1,6 @@
-"""Gradient ascent on the forget set (GA), the simplest unlearning baseline (Jang et al., 2023;
-TOFU's ``grad_ascent``).
+"""Gradient ascent on the forget set (GA), the simplest unlearning baseline (Jang et al., "Knowledge
+Unlearning for Mitigating Privacy Risks in Language Models", ACL 2023, arXiv 2210.01504; TOFU's
+``grad_ascent``).
 
 L = -NLL_forget, the token-mean answer NLL of the forget batch negated: minimising it pushes
 the forget answers' likelihood down without bound, so GA degrades the model if run long.

@@ -1,5 +1,5 @@
-"""Gradient difference (GradDiff; Liu et al., 2022, TOFU's ``grad_diff``): ascend on the forget
-set while descending on the retain set.
+"""Gradient difference (GradDiff; Liu et al., "Continual Learning and Private Unlearning", 2022,
+arXiv 2203.12817; TOFU's ``grad_diff``): ascend on the forget set while descending on the retain set.
 
 L = gamma * (-NLL_forget) + alpha * L_retain, with L_retain the token-mean NLL of the retain
 answers (``retain_loss="nll"``) or KL(pi_ref || pi_theta) over the retain answer tokens

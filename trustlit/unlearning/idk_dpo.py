@@ -1,5 +1,5 @@
-"""IdkDPO (TOFU's ``idk`` preference baseline; Rafailov et al., 2023 for DPO, Maini et al., 2024):
-prefer a refusal to the forget answer.
+"""IdkDPO (TOFU's ``idk`` preference baseline, Maini et al., arXiv 2401.06121; DPO: Rafailov et al.,
+NeurIPS 2023, arXiv 2305.18290): prefer a refusal to the forget answer.
 
 L = -(2/beta) * mean_i log sigmoid(beta * [(logp_theta(r_i|x_i) - logp_ref(r_i|x_i))
                                            - (logp_theta(y_i|x_i) - logp_ref(y_i|x_i))])

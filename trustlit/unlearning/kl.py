@@ -1,5 +1,5 @@
-"""KL minimisation (TOFU's ``KL`` baseline): gradient ascent on the forget set while keeping the
-retain-set predictions close to the model before unlearning.
+"""KL minimisation (TOFU's ``KL`` baseline, Maini et al., arXiv 2401.06121): gradient ascent on the
+forget set while keeping the retain-set predictions close to the model before unlearning.
 
 L = -NLL_forget + KL(pi_ref || pi_theta), the KL of the next-token distributions averaged over
 the retain answer tokens. It is :class:`~trustlit.unlearning.GradDiff` with ``retain_loss="kl"``
