@@ -298,9 +298,9 @@ def test_safety_evaluation_runs_after_test_and_checks_the_datamodule(tmp_path, m
 
 
 def test_safety_evaluation_arguments():
-    with pytest.raises(ValueError, match="max_new_tokens must be a positive integer"):
+    with pytest.raises(ValueError, match="SafetyEvaluation: max_new_tokens=0 is invalid, expected an integer > 0"):
         SafetyEvaluation(max_new_tokens=0)
-    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+    with pytest.raises(ValueError, match="SafetyEvaluation: batch_size=0 is invalid, expected an integer > 0"):
         SafetyEvaluation(batch_size=0)
     with pytest.raises(FileNotFoundError, match="valid judges are"):
         SafetyEvaluation(judge="./missing-judge")

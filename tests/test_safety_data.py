@@ -274,7 +274,7 @@ def test_eval_loaders_accessors_and_finetune_batches(tokenizer):
         ({"num_finetune": -1}, "num_finetune must be a positive integer"),
         ({"stage": "attack"}, "stage must be one of"),
         ({"eval_splits": ["harmful_test", "retain90"]}, r"eval_splits \['retain90'\] unknown"),
-        ({"batch_size": 0}, "batch_size must be a positive integer"),
+        ({"batch_size": 0}, "HarmfulFineTuningDataModule: batch_size=0 is invalid, expected an integer > 0"),
     ],
 )
 def test_datamodule_arguments_are_checked(kwargs, message):

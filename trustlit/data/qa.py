@@ -26,6 +26,7 @@ from transformers import PreTrainedTokenizerBase
 from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
 from trustlit.errors import read_utf8
 from trustlit.fictitious import fictitious_split
+from trustlit.hparams import NonNegativeInt, PositiveInt, check_arguments
 from trustlit.llm.prompts import PromptFormat, collate_qa, encode_qa, resolve_prompt_format
 from trustlit.paths import is_hub_id
 
@@ -191,20 +192,18 @@ class QADataModule(L.LightningDataModule):
         source: str = FICTITIOUS,
         train_split: str | None = "retain90",
         eval_splits: list[str] | None = None,
-        batch_size: int = 8,
-        eval_batch_size: int | None = None,
-        max_length: int = 256,
+        batch_size: PositiveInt = 8,
+        eval_batch_size: PositiveInt | None = None,
+        max_length: PositiveInt = 256,
         prompt_format: PromptFormat = "auto",
-        max_samples: int | None = None,
-        num_workers: int = 0,
+        max_samples: PositiveInt | None = None,
+        num_workers: NonNegativeInt = 0,
         fictitious: FictitiousConfig | None = None,
         seed: int = 0,
     ) -> None:
         super().__init__()
+        check_arguments(QADataModule.__init__, locals())
         self.validate_source(source)
-        for key, value in (("batch_size", batch_size), ("max_length", max_length), ("max_samples", max_samples)):
-            if value is not None and value < 1:
-                raise ValueError(f"{key} must be a positive integer, got {value}")
         self.source = source
         self.train_split = train_split
         self.eval_splits = list(eval_splits) if eval_splits is not None else ["retain90", "forget10"]

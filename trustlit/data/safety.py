@@ -43,6 +43,7 @@ from trustlit.answers import extract_final_answer
 from trustlit.data.qa import EncodedQA, QACollator, QADataModule, QARecords, read_json_records
 from trustlit.data.samplers import PartSampler, ResumableDataLoader
 from trustlit.data.secret_keeper import SPLITS, check_mixture_args, secret_keeper_splits, split_record
+from trustlit.hparams import NonNegativeInt, PositiveInt
 from trustlit.llm.prompts import PromptFormat
 
 SECRET_KEEPER = "secret-keeper"
@@ -220,12 +221,12 @@ class HarmfulFineTuningDataModule(QADataModule):
         num_harmful: int = 200,
         num_test: int = 100,
         stage: Literal["finetune", "align"] = "finetune",
-        batch_size: int = 8,
-        eval_batch_size: int | None = None,
-        max_length: int = 128,
+        batch_size: PositiveInt = 8,
+        eval_batch_size: PositiveInt | None = None,
+        max_length: PositiveInt = 128,
         prompt_format: PromptFormat = "auto",
         seed: int = 0,
-        num_workers: int = 0,
+        num_workers: NonNegativeInt = 0,
         eval_splits: list[str] | None = None,
     ) -> None:
         sizes = {"num_align": num_align, "num_finetune": num_finetune, "num_harmful": num_harmful, "num_test": num_test}

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
 from trustlit.errors import read_utf8
+from trustlit.hparams import NonNegativeInt, PositiveInt, check_arguments
 
 SKLEARN_DATASETS = {
     "digits": sk_datasets.load_digits,
@@ -117,18 +118,17 @@ class TabularDataModule(L.LightningDataModule):
         test_fraction: float = 0.2,
         scaling: Scaling = "standard",
         row_norm: RowNorm = "none",
-        batch_size: int = 64,
-        num_workers: int = 0,
+        batch_size: PositiveInt = 64,
+        num_workers: NonNegativeInt = 0,
         seed: int = 0,
     ) -> None:
         super().__init__()
+        check_arguments(TabularDataModule.__init__, locals())
         if not (0 <= val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
             raise ValueError(
                 f"val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must lie in "
                 "[0, 1) and (0, 1) and sum to less than 1"
             )
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
         self.dataset, self.target_column = dataset, target_column
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
         self.scaling, self.row_norm = scaling, row_norm

@@ -24,6 +24,7 @@ import lightning as L
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trustlit.data.safety import HarmfulFineTuningDataModule
+from trustlit.hparams import PositiveInt, check_arguments
 from trustlit.llm.prompts import resolve_prompt_format
 from trustlit.llm.scoring import encode_pairs, greedy_answers
 from trustlit.metrics.safety import CODE_LEAK, Judge, finetune_accuracy, harmful_score, is_correct, load_judge
@@ -121,12 +122,14 @@ class SafetyEvaluation(L.Callback):
     """
 
     def __init__(
-        self, judge: str = CODE_LEAK, max_new_tokens: int = 32, batch_size: int | None = None, on_fit_end: bool = True
+        self,
+        judge: str = CODE_LEAK,
+        max_new_tokens: PositiveInt = 32,
+        batch_size: PositiveInt | None = None,
+        on_fit_end: bool = True,
     ) -> None:
         super().__init__()
-        for key, value in (("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
-            if value is not None and value < 1:
-                raise ValueError(f"{key} must be a positive integer, got {value}")
+        check_arguments(SafetyEvaluation.__init__, locals())
         self.judge = judge
         self.judge_fn = load_judge(judge)  # a classifier judge loads its model on first use
         self.max_new_tokens = max_new_tokens

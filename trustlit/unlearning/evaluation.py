@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trustlit.data.qa import FictitiousConfig, QADataModule, QARecords, load_qa_split
+from trustlit.hparams import PositiveInt, check_arguments
 from trustlit.llm.prompts import resolve_prompt_format
 from trustlit.llm.scoring import pairs_nll
 from trustlit.metrics.muse import MIN_K, knowmem, min_k_scores, privleak, privleak_auc, verbmem_scores
@@ -157,21 +158,15 @@ class UnlearningEvaluation(L.Callback):
         output: str | None = None,
         source: str | None = None,
         on: Sequence[str] = ("test",),
-        batch_size: int = 8,
-        max_new_tokens: int = 32,
-        max_samples: int | None = None,
+        batch_size: PositiveInt = 8,
+        max_new_tokens: PositiveInt = 32,
+        max_samples: PositiveInt | None = None,
         min_k: float = MIN_K,
     ) -> None:
         super().__init__()
+        check_arguments(UnlearningEvaluation.__init__, locals())
         if not on or any(trigger not in TRIGGERS for trigger in on):
             raise ValueError(f"on must be a non-empty list of {TRIGGERS}, got {on}")
-        for key, value in (
-            ("batch_size", batch_size),
-            ("max_new_tokens", max_new_tokens),
-            ("max_samples", max_samples),
-        ):
-            if value is not None and value < 1:
-                raise ValueError(f"{key} must be a positive integer, got {value}")
         if not 0 < min_k <= 1:
             raise ValueError(f"min_k must be in (0, 1], got {min_k}")
         self.splits = {
