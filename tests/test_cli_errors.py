@@ -150,6 +150,7 @@ def test_output_is_quiet_by_default(tmp_path, capsys, caplog):
     out = capsys.readouterr().out
     logged = caplog.text + out
     assert "litlogger" not in logged and "flops" not in logged.lower()
+    assert "already configured with model summary" not in logged
     assert out.count("test metrics per split") == 1 and "Test metric" not in out, "Lightning's table is off"
     names = {key.split("/")[-1] for key in tested.trainer.callback_metrics if key.startswith("test/")}
     assert names and all(f" {name} " in out for name in names), "metric names are not cut"

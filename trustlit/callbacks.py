@@ -144,13 +144,17 @@ class QuietModelSummary(ModelSummary):
         logging.getLogger("lightning.pytorch.callbacks.model_summary").info("\n" + "\n".join(lines))
 
 
+# Lightning's advertising (the litlogger tip), and its note that trustlit's own QuietModelSummary replaced the default
+DROPPED_MESSAGES = ("Tip:", "Trainer already configured with model summary callbacks")
+
+
 class _DropTips(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return "Tip:" not in record.getMessage()
+        return not any(fragment in record.getMessage() for fragment in DROPPED_MESSAGES)
 
 
 def drop_lightning_tips() -> None:
-    """Silences Lightning's advertising (the litlogger tip), logged through its rank-zero logger."""
+    """Silences Lightning's messages in :data:`DROPPED_MESSAGES`, logged through its rank-zero logger."""
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         log = logging.getLogger(name)
         if not any(isinstance(f, _DropTips) for f in log.filters):
