@@ -154,3 +154,15 @@ def test_output_is_quiet_by_default(tmp_path, capsys, caplog):
     assert out.count("test metrics per split") == 1 and "Test metric" not in out, "Lightning's table is off"
     names = {key.split("/")[-1] for key in tested.trainer.callback_metrics if key.startswith("test/")}
     assert names and all(f" {name} " in out for name in names), "metric names are not cut"
+
+
+def test_an_evaluation_callback_prints_the_one_results_table_of_a_test(tmp_path, capsys):
+    """The quickstart recipe has SplitMetricsTable and UnlearningEvaluation: `test` prints the evaluation's table
+    alone (the split table still prints after validation)."""
+    args = [*quickstart(tmp_path), "--trainer.limit_test_batches=1", "--trainer.callbacks.init_args.max_samples=2"]
+    run_cli(args)
+    capsys.readouterr()
+    run_cli(["test", *args[1:], "--ckpt_path=last"])
+    out = capsys.readouterr().out
+    assert out.count("unlearning evaluation") == 1
+    assert "test metrics per split" not in out and "Test metric" not in out

@@ -31,8 +31,20 @@ def split_metrics(metrics: dict[str, float], stage: str) -> dict[str, dict[str, 
     return dict(table)
 
 
-class SplitMetricsTable(L.Callback):
-    """Prints one row per evaluation split and one column per metric after validate/test."""
+class ResultsTable:
+    """Marks a callback that prints a run's results table. With one in the trainer, the CLI turns
+    Lightning's own table off, and :class:`SplitMetricsTable` leaves the test table to an evaluation
+    callback that prints its own (one results table per ``trustlit test``)."""
+
+
+def prints_test_results(callback: object) -> bool:
+    """Whether ``callback`` prints the test results itself (a :class:`ResultsTable` other than the split table)."""
+    return isinstance(callback, ResultsTable) and not isinstance(callback, SplitMetricsTable)
+
+
+class SplitMetricsTable(ResultsTable, L.Callback):
+    """Prints one row per evaluation split and one column per metric after validate, and after test
+    unless an evaluation callback prints the test results (:class:`ResultsTable`)."""
 
     @rank_zero_only
     def _print(self, trainer: L.Trainer, stage: str) -> None:
@@ -55,7 +67,8 @@ class SplitMetricsTable(L.Callback):
         self._print(trainer, "val")
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._print(trainer, "test")
+        if not any(prints_test_results(callback) for callback in trainer.callbacks):
+            self._print(trainer, "test")
 
 
 class RequeueAtBatchEnd(L.Callback):

@@ -37,7 +37,7 @@ from trustlit.callbacks import (
     QuietModelSummary,
     QuietProgressBar,
     RequeueAtBatchEnd,
-    SplitMetricsTable,
+    ResultsTable,
     drop_lightning_tips,
 )
 from trustlit.checkpointing import (
@@ -178,9 +178,10 @@ class TrustlitCLI(LightningCLI):
         return self._instantiate_trainer(trainer_config, [*extra, *self._extra_callbacks(trainer_config)])
 
     def _quiet_results(self) -> None:
-        """One results table: SplitMetricsTable's, when the recipe has it, instead of Lightning's too."""
+        """One results table: a trustlit callback's (:class:`~trustlit.callbacks.ResultsTable`), when the recipe
+        has one, instead of Lightning's too."""
         config = self.config_init[self.subcommand]
-        if not self._given("verbose") and _has(self.trainer.callbacks, SplitMetricsTable):
+        if not self._given("verbose") and _has(self.trainer.callbacks, ResultsTable):
             config.verbose = False
 
     def before_fit(self) -> None:

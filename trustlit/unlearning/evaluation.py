@@ -33,6 +33,7 @@ import lightning as L
 from rich.console import Console
 from rich.table import Table
 
+from trustlit.callbacks import ResultsTable
 from trustlit.data.qa import FictitiousConfig, QADataModule, QARecords, load_qa_split
 from trustlit.hparams import PositiveInt, check_arguments
 from trustlit.llm.prompts import resolve_prompt_format
@@ -114,7 +115,7 @@ def read_reference(path: Path, forget_split: str, holdout_split: str | None) -> 
     return reference
 
 
-class UnlearningEvaluation(L.Callback):
+class UnlearningEvaluation(ResultsTable, L.Callback):
     """Evaluate ``pl_module.model`` with TOFU's and MUSE's metrics after test and/or at the end of fit.
 
     Logged to every logger as ``unlearn/<name>`` and kept in ``self.results``:
