@@ -8,7 +8,7 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy
 from opacus.validators import ModuleValidator
 
-from trustlit.strategies import DDP, SINGLE_DEVICE, is_supported
+from trustlit.strategies import DDP, SINGLE_DEVICE, check_strategy
 
 # class names of the Lightning strategies DPSGD runs under (subclasses too, except DeepSpeed)
 DPSGD_STRATEGIES = (SINGLE_DEVICE, DDP)
@@ -32,14 +32,8 @@ def validate_privatisable(module: torch.nn.Module) -> None:
 
 def check_trainer(trainer: L.Trainer, poisson_sampling: bool, max_physical_batch_size: int | None) -> None:
     """Raise on a strategy, accumulation, clipping or precision setting DP-SGD cannot honour."""
-    strategy = trainer.strategy
-    if not is_supported(strategy, DPSGD_STRATEGIES):
-        # FSDP and ModelParallelStrategy shard parameters (Opacus's per-sample gradient hooks need whole
-        # layers); DeepSpeed, though a DDPStrategy subclass, runs its own optimiser step
-        raise ValueError(
-            f"DPSGD does not support the {type(strategy).__name__} strategy; supported: "
-            f"{list(DPSGD_STRATEGIES)} (set trainer.strategy to ddp, or train on one device)"
-        )
+    # FSDP and ModelParallelStrategy shard parameters; DeepSpeed, though a DDPStrategy subclass, runs its own step
+    check_strategy("DPSGD", trainer.strategy, DPSGD_STRATEGIES, "Opacus's per-sample gradient hooks need whole layers")
     if trainer.accumulate_grad_batches != 1:
         raise ValueError(
             "DPSGD refuses accumulate_grad_batches > 1 (each accumulated batch would be accounted as a "
