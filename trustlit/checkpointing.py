@@ -198,14 +198,14 @@ SHARDED_METADATA = "meta.pt"  # what Lightning writes beside the shards of a dis
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:
-    """The checkpoint's contents, memory-mapped (the weights are not read); a bad file names its path.
+    """The checkpoint's contents, memory-mapped (the weights are read when used); a missing or bad file names its path.
 
     A sharded checkpoint (a directory, written under FSDP2) is read from its metadata file, which
     holds everything but the model and optimiser shards.
     """
     file = path / SHARDED_METADATA if path.is_dir() else path
     if not file.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
+        raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
         return torch.load(file, map_location="cpu", mmap=not path.is_dir(), weights_only=True)
     except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError... for a bad file

@@ -45,6 +45,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from trustlit.checkpointing import read_checkpoint
 from trustlit.fictitious import fictitious_qa
 
 if TYPE_CHECKING:  # peft is imported when LoRA is used: it takes half a second to import
@@ -264,13 +265,7 @@ def load_causal_lm(
 
 def load_trustlit_checkpoint(path: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The trained model of a trustlit causal-LM checkpoint, LoRA merged, and its tokenizer."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
-    try:
-        checkpoint = torch.load(file, map_location="cpu", weights_only=False)  # a local file the user names
-    except Exception as error:  # RuntimeError, UnpicklingError, EOFError... for a truncated or corrupt file
-        raise ValueError(f"{path}: not a readable checkpoint, truncated or corrupt ({error})") from error
+    checkpoint = read_checkpoint(Path(path).expanduser())
     spec = checkpoint.get("hyper_parameters", {}).get("lm")
     if not isinstance(spec, dict):
         raise ValueError(f"{path} is not a checkpoint of a trustlit causal-LM module (no hyper_parameters.lm)")
