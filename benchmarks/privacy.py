@@ -53,7 +53,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from benchmarks.common import bare_trainer, provenance, quiet, read_sections, render_report, with_provenance
+from benchmarks.common import (
+    StepTimer,
+    bare_trainer,
+    provenance,
+    quiet,
+    read_sections,
+    render_report,
+    with_provenance,
+)
 from benchmarks.privacy_accuracy import accuracy_section
 from trustlit.audit import CanaryAudit, run_canary_audit
 from trustlit.classifiers import MLPClassifier
@@ -167,21 +175,6 @@ OVERHEAD_MODELS = (
 )
 
 
-class StepStarts(L.Callback):
-    """``time.perf_counter()`` and ``batch_idx`` at every ``on_train_batch_start``: a step is start to start
-    (data loading and the batch-end hooks included), unlike ``common.StepTimer`` (batch start to batch end)."""
-
-    def __init__(self) -> None:
-        self.starts: list[float] = []
-        self.batch_indices: list[int] = []
-
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        self.starts.append(time.perf_counter())
-        self.batch_indices.append(batch_idx)
-
-
 @dataclass
 class Timings:
     """Timed steps of one (model, variant): per round, and the steps that cross an epoch boundary."""
@@ -207,15 +200,13 @@ def time_steps(model: OverheadModel, mode: str | None, warmup: int, steps: int, 
     torch.manual_seed(0)  # the same initial weights for every variant
     module = model.build()
     data = TabularDataModule("digits", batch_size=OVERHEAD_BATCH)
-    timer = StepStarts()
+    timer = StepTimer()  # a step is start to start: data loading and the batch-end hooks included
     callbacks: list[L.Callback] = [timer]
     if mode is not None:
         callbacks.append(DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, grad_sample_mode=mode, poisson_sampling=False))
     budget = {"max_steps": warmup + steps + 1, "max_epochs": -1}  # one more start closes the last step
     bare_trainer(callbacks, **budget).fit(module, datamodule=data)
-    times = [b - a for a, b in zip(timer.starts[:-1], timer.starts[1:], strict=True)][warmup:]
-    if len(times) != steps:
-        raise RuntimeError(f"{model.name}/{mode}: {len(timer.starts)} steps started, {warmup + steps + 1} needed")
+    times = timer.intervals(warmup, steps, label=f"{model.name}/{mode}")
     into.rounds.append(times)
     # a step whose next step is batch 0 spans the end of an epoch (epoch-end hooks, a new loader iterator)
     into.epoch_ends += [t for t, after in zip(times, timer.batch_indices[warmup + 1 :], strict=True) if after == 0]
