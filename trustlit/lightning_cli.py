@@ -323,7 +323,7 @@ def run_cli(args: list[str] | None = None) -> TrustlitCLI:
     return _lightning_cli(TrustlitCLI, list(sys.argv[1:] if args is None else args))
 
 
-def check_arguments(args: list[str]) -> None:
+def parse_only(args: list[str]) -> None:
     """Parse ``args`` (``fit -c RECIPE ...``) with the parser ``run_cli`` uses, importing only the classes
     they name; a typo raises :class:`~trustlit.errors.ConfigError` (for ``trustlit slurm submit``)."""
     _lightning_cli(ParseOnlyCLI, args)

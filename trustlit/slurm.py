@@ -389,11 +389,11 @@ def check_command(recipe: Path, overrides: Sequence[str]) -> None:
     """Parses ``trustlit fit -c RECIPE OVERRIDES`` with LightningCLI's parser (building nothing), so that
     a typo fails here and not after the job waited in the queue."""
     from trustlit.errors import root_message
-    from trustlit.lightning_cli import check_arguments
+    from trustlit.lightning_cli import parse_only
 
     checked = [arg for arg in overrides if not arg.startswith("--print_config")]  # it would print and exit
     try:
-        check_arguments(["fit", "-c", str(recipe), *checked])
+        parse_only(["fit", "-c", str(recipe), *checked])
     except (ValueError, KeyError, OSError) as error:
         raise SlurmConfigError(root_message(error)) from error
 
