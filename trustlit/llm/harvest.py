@@ -36,7 +36,7 @@ import logging
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import lightning as L
 import torch
@@ -56,8 +56,9 @@ from trustlit.strategies import DDP, SINGLE_DEVICE, check_strategy
 Site = Literal["residual", "mlp", "attention"]
 Positions = Literal["last_prompt", "answer", "all"]
 StorageDtype = Literal["float32", "bfloat16", "float16"]
-SITES: tuple[str, ...] = ("residual", "mlp", "attention")
-POSITIONS: tuple[str, ...] = ("last_prompt", "answer", "all")
+SITES: tuple[str, ...] = get_args(Site)
+POSITIONS: tuple[str, ...] = get_args(Positions)
+STORAGE_DTYPES: tuple[str, ...] = get_args(StorageDtype)
 INDEX_FILE = "index.json"
 FORMAT = "trustlit.activations"
 FORMAT_VERSION = 1
@@ -236,8 +237,8 @@ class HarvestActivations(Callback):
             raise ValueError(f"HarvestActivations: sites={sites} is invalid, expected a non-empty subset of {SITES}")
         if positions not in POSITIONS:
             raise ValueError(f"HarvestActivations: positions={positions!r} is invalid, expected one of {POSITIONS}")
-        if dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"HarvestActivations: dtype={dtype!r} is invalid, expected float32, bfloat16 or float16")
+        if dtype not in STORAGE_DTYPES:
+            raise ValueError(f"HarvestActivations: dtype={dtype!r} is invalid, expected one of {STORAGE_DTYPES}")
         self.layers = list(layers)
         self.sites = list(dict.fromkeys(sites))
         self.positions = positions
