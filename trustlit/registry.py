@@ -13,10 +13,10 @@ from __future__ import annotations
 import difflib
 import importlib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Kind = Literal["method", "model", "data", "callback", "logger", "analysis"]
-KINDS: tuple[str, ...] = ("method", "model", "data", "callback", "logger", "analysis")
+KINDS: tuple[str, ...] = get_args(Kind)
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Entry:
 _ENTRIES: dict[str, Entry] = {}
 
 
-def register(name: str, target: str, *, kind: str, family: str) -> None:
+def register(name: str, target: str, *, kind: Kind, family: str) -> None:
     """Add ``name`` -> ``target`` (``package.module:Attribute``); a name registered twice is an error."""
     if ":" not in target:
         raise ValueError(f"registry target for '{name}' must be 'package.module:Attribute', got '{target}'")
