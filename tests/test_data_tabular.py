@@ -8,9 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import quiet_trainer
 
+from trustlit.classifiers import MLPClassifier
 from trustlit.data.samplers import EpochSeededSampler
 from trustlit.data.tabular import SKLEARN_DATASETS, TabularDataModule, bound_row_norms, load_table, scale_features
+from trustlit.privacy.pmsvm import PMSVM
 
 # A hand-made table: 200 rows, labels 100/60/40, so a stratified 70/10/20 split has exact class counts.
 NUM_ROWS = 200
@@ -426,3 +429,14 @@ def test_epoch_seeded_sampler():
     assert list(other) == second
     sampler.set_epoch(0)
     assert list(sampler) == first
+
+
+@pytest.mark.parametrize(
+    "build",
+    [lambda: MLPClassifier(num_features=10), lambda: PMSVM("weight", num_features=10, epsilon=1e6)],
+    ids=["MLPClassifier", "PMSVM"],
+)
+def test_a_model_of_another_width_is_refused_at_setup_naming_both(build):
+    """Also under a stock Trainer, not only through the CLI."""
+    with pytest.raises(ValueError, match=r"num_features=10 but the data \(TabularDataModule\) has 64 features"):
+        quiet_trainer(max_steps=1).fit(build(), datamodule=TabularDataModule("digits"))

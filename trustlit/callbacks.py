@@ -110,23 +110,6 @@ class RequeueAtBatchEnd(L.Callback):
             self._lightning_handler(self._signal, None)
 
 
-class CheckFeatureCount(L.Callback):
-    """Refuses, at setup, a model whose ``num_features`` differs from the data's, naming both (the
-    mismatch otherwise surfaces as a shape error deep in the first forward)."""
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        expected = pl_module.hparams.get("num_features") if hasattr(pl_module, "hparams") else None
-        try:
-            actual = getattr(trainer.datamodule, "num_features", None)
-        except (KeyError, AttributeError):  # a data module that has not built the split that tells
-            return
-        if isinstance(expected, int) and isinstance(actual, int) and expected != actual:
-            raise ValueError(
-                f"model.init_args.num_features={expected} but the data ({type(trainer.datamodule).__name__}) "
-                f"has {actual} features: set --model.init_args.num_features={actual}"
-            )
-
-
 class QuietProgressBar(RichProgressBar):
     """Rich progress bar without the logger's version number (``v_num``), which is not a metric."""
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trustlit.data.tabular import check_feature_count
 from trustlit.hparams import NonNegativeFloat, PositiveFloat, PositiveInt, check_arguments, plain_numbers
 from trustlit.metrics import log_accuracy
 from trustlit.per_sample import PerSampleLossModule
@@ -51,6 +52,10 @@ class MLPClassifier(PerSampleLossModule):
         for width_in, width_out in itertools.pairwise(widths):
             layers += [nn.Linear(width_in, width_out), nn.ReLU()]
         self.net = nn.Sequential(*layers, nn.Linear(widths[-1], num_classes))
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        check_feature_count(self.hparams.num_features, self.trainer.datamodule)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)

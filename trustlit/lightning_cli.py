@@ -33,7 +33,6 @@ from lightning.pytorch.plugins.io import CheckpointIO
 
 from trustlit import registry
 from trustlit.callbacks import (
-    CheckFeatureCount,
     QuietModelSummary,
     QuietProgressBar,
     RequeueAtBatchEnd,
@@ -156,7 +155,7 @@ class TrustlitCLI(LightningCLI):
 
     def _extra_callbacks(self, trainer_config: dict[str, Any]) -> list[L.Callback]:
         configured = trainer_config.get("callbacks") or []
-        extra: list[L.Callback] = [RequeueAtBatchEnd(), CheckFeatureCount()]
+        extra: list[L.Callback] = [RequeueAtBatchEnd()]
         # quiet defaults, each replaced by a callback of the same kind in the recipe
         if trainer_config.get("enable_progress_bar") is not False and not _has(configured, ProgressBar):
             extra.append(QuietProgressBar())

@@ -20,25 +20,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import QUICKSTART, REPO_ROOT, TINY
 
 from trustlit.slurm import main
 
 pytestmark = pytest.mark.slurm
 
 HERE = Path(__file__).resolve().parent
-REPO_ROOT = HERE.parents[1]
-QUICKSTART = REPO_ROOT / "recipes" / "quickstart" / "finetune_fictitious.yaml"
 WANDB = REPO_ROOT / "configs" / "logger" / "wandb.yaml"
 MAX_STEPS = 12  # 6 epochs of 2 batches per rank (54 facts, batch 16, 2 ranks)
 SIGNAL_AT_STEP = 5  # the second batch of epoch 2: mid-epoch
 JOB_ARGS = [
-    # tests/test_cli.py's TINY: a fit of a few epochs takes seconds
-    "--model.init_args.lm.tiny.hidden_size=32",
-    "--model.init_args.lm.tiny.num_layers=1",
-    "--model.init_args.lm.tiny.num_heads=2",
-    "--data.init_args.fictitious.num_authors=6",
-    "--data.init_args.max_length=64",
-    "--trainer.enable_progress_bar=false",
+    *TINY,  # a fit of a few epochs takes seconds
     "--trainer.devices=2",
     "--trainer.strategy=ddp",
     f"--trainer.max_steps={MAX_STEPS}",

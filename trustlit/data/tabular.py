@@ -179,3 +179,15 @@ class TabularDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return DataLoader(self.splits["test"], batch_size=self.batch_size, num_workers=self.num_workers)
+
+
+def check_feature_count(num_features: int, datamodule: object) -> None:
+    """Refuse, at setup, a model built for ``num_features`` inputs on tabular data of another width, naming
+    both (the mismatch would otherwise surface as a shape error deep in the first forward)."""
+    if not isinstance(datamodule, TabularDataModule) or "train" not in datamodule.splits:
+        return
+    if num_features != datamodule.num_features:
+        raise ValueError(
+            f"model.init_args.num_features={num_features} but the data ({type(datamodule).__name__}) has "
+            f"{datamodule.num_features} features: set --model.init_args.num_features={datamodule.num_features}"
+        )

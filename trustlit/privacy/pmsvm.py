@@ -41,6 +41,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
+from trustlit.data.tabular import check_feature_count
 from trustlit.hparams import (
     NonNegativeFloat,
     OpenUnitInterval,
@@ -149,6 +150,7 @@ class PMSVM(PerSampleLossModule):
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
+        check_feature_count(self.hparams.num_features, self.trainer.datamodule)
         if stage != "fit":
             return
         has_dpsgd = any(isinstance(callback, DPSGD) for callback in self.trainer.callbacks)
