@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from trustlit.paths import read_utf8
+
 MAX_LINE = 400
 
 
@@ -30,16 +32,6 @@ class CheckpointError(ValueError):
 
 class RunLockedError(RuntimeError):
     """Another live run writes checkpoints into the same directory."""
-
-
-def read_utf8(path: Path) -> str:
-    """The text of ``path``; a file that is not UTF-8 is an error naming the file and the byte offset."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); re-encode it as UTF-8"
-        ) from error
 
 
 def _raised_in_trustlit(error: BaseException) -> bool:

@@ -1,4 +1,4 @@
-"""Names of local files and hub resources, and writing results files without half-writing them."""
+"""Names of local files and hub resources, reading text files, and writing files without half-writing them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,16 @@ from typing import Any
 
 TEMP_SUFFIX = ".tmp"  # what an interrupted atomic write leaves behind: .<name>.<random>.tmp
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def read_utf8(path: Path) -> str:
+    """The text of ``path``; a file that is not UTF-8 is an error naming the file and the byte offset."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); re-encode it as UTF-8"
+        ) from error
 
 
 def is_hub_id(name: str) -> bool:

@@ -24,11 +24,10 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
 
 from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
-from trustlit.errors import read_utf8
 from trustlit.fictitious import fictitious_split
 from trustlit.hparams import NonNegativeInt, PositiveInt, check_arguments
 from trustlit.llm.prompts import PromptFormat, collate_qa, encode_qa, resolve_prompt_format
-from trustlit.paths import is_hub_id
+from trustlit.paths import is_hub_id, read_utf8
 
 FICTITIOUS = "fictitious"
 

@@ -24,8 +24,8 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, TensorDataset
 
 from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
-from trustlit.errors import read_utf8
 from trustlit.hparams import NonNegativeInt, PositiveInt, check_arguments
+from trustlit.paths import read_utf8
 
 SKLEARN_DATASETS = {
     "digits": sk_datasets.load_digits,
