@@ -122,6 +122,25 @@ def _register_all() -> None:
             },
             "callback": {"UnlearningEvaluation": "trustlit.unlearning.evaluation"},
         },
+        "interpret": {
+            "method": {
+                name: f"trustlit.interpret.sae.{module}"
+                for name, module in {
+                    "ReLUSAE": "relu",
+                    "TopKSAE": "topk",
+                    "BatchTopKSAE": "batch_topk",
+                    "JumpReLUSAE": "jumprelu",
+                    "MatchingPursuitSAE": "matching_pursuit",
+                }.items()
+            },
+            "callback": {"IntrinsicDimension": "trustlit.interpret.layer_dimension"},
+            "analysis": {"SubsequenceTracing": "trustlit.interpret.tracing"},
+            "data": {
+                "HierarchicalFeaturesDataModule": "trustlit.data.hierarchy",
+                "MCQADataModule": "trustlit.data.mcqa",
+                "PlantedAssociationDataModule": "trustlit.data.planted",
+            },
+        },
         "safety": {
             "method": {
                 "SFT": "trustlit.safety.baselines",

@@ -1,5 +1,5 @@
 """LightningDataModules: tabular classification, QA (TOFU format), forget/retain pairs, harmful fine-tuning,
-harvested activations."""
+harvested activations, synthetic hierarchical features, multiple-choice QA, planted associations."""
 
 from trustlit.lazy import lazy_exports
 
@@ -8,6 +8,9 @@ __getattr__, __dir__, __all__ = lazy_exports(
     {
         "trustlit.data.activations": ["ActivationDataModule"],
         "trustlit.data.forget_retain": ["ForgetRetainDataModule"],
+        "trustlit.data.hierarchy": ["HierarchicalFeaturesDataModule"],
+        "trustlit.data.mcqa": ["MCQADataModule"],
+        "trustlit.data.planted": ["PlantedAssociationDataModule"],
         "trustlit.data.qa": ["FictitiousConfig", "QADataModule", "load_qa_split"],
         "trustlit.data.safety": ["HarmfulFineTuningDataModule", "load_beavertails"],
         "trustlit.data.secret_keeper": ["CODE_PATTERN", "secret_keeper_splits"],
