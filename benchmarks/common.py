@@ -30,6 +30,8 @@ from typing import Any
 import lightning as L
 import torch
 
+from trustlit.paths import atomic_path
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"<!-- section: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- end section: (?P=name) -->\n", re.S)
 
@@ -284,13 +286,13 @@ class Report:
     def run(self, args: argparse.Namespace) -> None:
         """Run ``args.sections`` in turn; after each, rewrite it (with its provenance) in the report, keep the rest."""
         began = time.perf_counter()
-        sections = read_sections(args.output)
         for name in args.sections:
-            sections[name] = self.run_section(name, args)
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            text = render_report(self.title, self.script, list(self.sections), sections)
-            args.output.write_text(text, encoding="utf-8")
-            print(sections[name], flush=True)
+            block = self.run_section(name, args)
+            # Read the report again only now: another run may have rewritten its own sections meanwhile.
+            sections = {**read_sections(args.output), name: block}
+            with atomic_path(args.output) as temporary:
+                temporary.write_text(render_report(self.title, self.script, list(self.sections), sections), "utf-8")
+            print(block, flush=True)
         print(f"written to {args.output} ({time.perf_counter() - began:.0f} s)")
 
     def run_section(self, name: str, args: argparse.Namespace) -> str:
