@@ -3,7 +3,9 @@ since ``tests/slurm`` has a conftest of its own and ``import conftest`` would be
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 
@@ -107,3 +109,13 @@ def read_recipe(recipe: Path) -> dict:
 
 def as_list(value) -> list:
     return value if isinstance(value, list) else [value]
+
+
+def import_class_path(class_path: str) -> Any:
+    """The object a recipe's ``class_path`` names: a dotted path, or a registered short name."""
+    from trustlit import registry
+
+    if "." not in class_path:
+        return registry.resolve(class_path)
+    module, attribute = class_path.rsplit(".", 1)
+    return getattr(importlib.import_module(module), attribute)

@@ -1,15 +1,18 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 import wandb
 import yaml
-from helpers import QUICKSTART, REPO_ROOT, SHARED_DATA, TINY, read_recipe
+from helpers import QUICKSTART, REPO_ROOT, SHARED_DATA, TINY, import_class_path, read_recipe
 
+from trustlit.analysis import AnalysisModule
 from trustlit.cli import main, run_cli
+from trustlit.data.activations import ActivationDataModule
 from trustlit.loggers import wandb_offline_from_env
 from trustlit.resources import list_recipes
 
@@ -36,12 +39,30 @@ def test_recipes_exist_and_are_listed_with_descriptions(capsys):
     assert all(r.relative_to(REPO_ROOT / "recipes").with_suffix("").as_posix() in out for r in RECIPES)
 
 
-def offline_stand_ins(recipe: Path) -> list[str]:
+@pytest.fixture(scope="module")
+def tiny_harvest(tmp_path_factory) -> Path:
+    """Activations of the tiny harvest recipe (width 32, layers 0 and -1): what the SAE recipes train on here."""
+    root = tmp_path_factory.mktemp("harvest")
+    recipe = REPO_ROOT / "recipes" / "interpret" / "harvest_tiny.yaml"
+    main(["predict", "-c", str(recipe), f"--trainer.default_root_dir={root}"])
+    return root / "activations"
+
+
+def subcommand(recipe: Path) -> str:
+    """``test`` for an analysis recipe (its module refuses ``fit``), ``fit`` for every other."""
+    model_class = import_class_path(read_recipe(recipe)["model"]["class_path"])
+    return "test" if issubclass(model_class, AnalysisModule) else "fit"
+
+
+def offline_stand_ins(recipe: Path, harvest: Callable[[], Path]) -> list[str]:
     """Overrides that run a recipe here: a tiny model for checkpoints and pretrained models, the
-    shared TOFU copy for the hub dataset, a layer the tiny model has."""
+    shared TOFU copy for the hub dataset, a layer the tiny model has, and, for recipes that learn from
+    harvested activations, the tiny harvest (``harvest()``) and its width."""
     config = read_recipe(recipe)
     model_args, data_args = config["model"]["init_args"], config["data"]["init_args"]
     overrides = []
+    if import_class_path(config["data"]["class_path"]) is ActivationDataModule:
+        overrides += [f"--data.init_args.path={harvest()}", "--data.init_args.layer=-1", "--model.init_args.d_in=32"]
     if not model_args.get("lm", {}).get("name_or_path", "tiny-").startswith("tiny-"):
         tiny = '{"hidden_size": 32, "num_layers": 3, "num_heads": 2}'
         overrides += ["--model.init_args.lm.name_or_path=tiny-llama", f"--model.init_args.lm.tiny={tiny}"]
@@ -56,12 +77,13 @@ def offline_stand_ins(recipe: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(REPO_ROOT / "recipes")))
-def test_every_recipe_runs_under_fast_dev_run(recipe, tmp_path, monkeypatch):
+def test_every_recipe_runs_under_fast_dev_run(recipe, tmp_path, monkeypatch, request):
     monkeypatch.chdir(tmp_path)
-    args = ["fit", "-c", str(recipe), "--trainer.fast_dev_run=true", f"--trainer.default_root_dir={tmp_path}"]
-    cli = run_cli([*args, *offline_stand_ins(recipe)])
+    command = subcommand(recipe)
+    args = [command, "-c", str(recipe), "--trainer.fast_dev_run=true", f"--trainer.default_root_dir={tmp_path}"]
+    cli = run_cli([*args, *offline_stand_ins(recipe, lambda: request.getfixturevalue("tiny_harvest"))])
     assert cli.trainer.state.finished
-    assert cli.trainer.global_step == 1
+    assert cli.trainer.global_step == (1 if command == "fit" else 0)
 
 
 def final_weights(root: Path) -> dict[str, torch.Tensor]:

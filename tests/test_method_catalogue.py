@@ -4,14 +4,12 @@ hyperparameter is refused, naming its key, from Python and from a recipe at pars
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
-from helpers import REPO_ROOT, read_recipe
+from helpers import REPO_ROOT, import_class_path, read_recipe
 
 from trustlit import registry
 from trustlit.hparams import PositiveFloat
@@ -28,14 +26,6 @@ def method_doc_path(class_name: str) -> str:
     (``CausalLMFineTuning`` -> ``causal_lm_fine_tuning``, ``IdkDPO`` -> ``idk_dpo``, ``DPSGD`` -> ``dpsgd``)."""
     snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", class_name).lower()
     return f"docs/methods/{PAGE_NAMES.get(class_name, snake)}.md"
-
-
-def import_class_path(class_path: str) -> Any:
-    """The object a recipe's ``class_path`` names: a dotted path, or a registered short name."""
-    if "." not in class_path:
-        return registry.resolve(class_path)
-    module, attribute = class_path.rsplit(".", 1)
-    return getattr(importlib.import_module(module), attribute)
 
 
 def recipe_class_paths(recipe: Path) -> list[str]:
