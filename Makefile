@@ -21,7 +21,7 @@ QUIET := --trainer.enable_progress_bar=false
 # tests/slurm/cluster.sh installs slurm-wlm and munge (apt-get, needs root) and starts it.
 SLURM_DIR ?= /tmp/trustlit-slurm
 
-.PHONY: demo test lint clean test-slurm slurm-up slurm-down models check-python
+.PHONY: demo test lint clean test-slurm slurm-up slurm-down models peers check-python
 
 # Python >= 3.10 is needed; a .venv whose pip no longer runs (moved, or its Python removed) is made anew.
 check-python:
@@ -49,6 +49,17 @@ $(MODELS_STAMP): $(STAMP)
 
 models: $(MODELS_STAMP)
 
+# Peer libraries the tests agree with that cannot share .venv: DADApy 0.3.4 pins numpy < 2 and imports
+# jax at package import, so it lives in a venv of its own, run by tests/test_intrinsic_dimension.py.
+PEERS_VENV ?= .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
+$(PEERS_STAMP): | check-python
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install --quiet "dadapy==0.3.4"
+	touch $(PEERS_STAMP)
+
+peers: $(PEERS_STAMP)
+
 # Earlier demo results are kept: moved aside to $(DEMO)-<time it ran>, and the place printed.
 demo: $(STAMP)
 	@if [ -d $(DEMO) ]; then kept=$(DEMO)-$$(date -r $(DEMO) +%Y%m%d-%H%M%S); mv $(DEMO) $$kept; \
@@ -69,7 +80,7 @@ demo: $(STAMP)
 # but its failure does not stop the tests: the target fails if either failed.
 # The SLURM tests run when a cluster is up (SLURM_CONF, or `make slurm-up`) and are skipped, with
 # the reason, otherwise; .ci/run brings one up and sets TRUSTLIT_REQUIRE_SLURM=1, so CI runs them.
-test: $(MODELS_STAMP)
+test: $(MODELS_STAMP) $(PEERS_STAMP)
 	@lint=0; $(VENV)/bin/ruff check trustlit tests benchmarks || lint=$$?; \
 	  $(PY) -m pytest -q --durations=15; status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
@@ -92,4 +103,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check trustlit tests benchmarks
 
 clean:
-	rm -rf $(VENV) runs lightning_logs wandb .pytest_cache
+	rm -rf $(VENV) $(PEERS_VENV) runs lightning_logs wandb .pytest_cache
