@@ -275,12 +275,15 @@ def beam_search(
     beam_width: int,
     max_length: int,
     same_tokens_same_score: bool = True,
+    alive: Callable[[tuple[int, ...]], bool] | None = None,
 ) -> list[tuple[tuple[int, ...], float]]:
     """Every subsequence scored while growing the ``beam_width`` best of each length by one position.
 
     Candidates are sorted position tuples of ``token_ids``; level 1 is every position; level k+1 inserts
     one new position into each kept candidate of level k. With ``same_tokens_same_score`` (SAT: presence
     depends only on the tokens), candidates with the same tokens are scored once, under their first positions.
+    Only candidates for which ``alive`` holds (SAT: present in some perturbed prompt; every extension of one
+    that is not is absent too) are kept for the next level; the search stops when none is.
     """
     seen_keys: set[tuple[int, ...]] = set()
     level = [(i,) for i in range(len(token_ids))]
@@ -298,7 +301,8 @@ def beam_search(
         scored.extend(zip(unique, scores, strict=True))
         if length == max_length:
             break
-        best = sorted(zip(unique, scores, strict=True), key=lambda item: -item[1])[:beam_width]
+        living = [item for item in zip(unique, scores, strict=True) if alive is None or alive(item[0])]
+        best = sorted(living, key=lambda item: -item[1])[:beam_width]
         level = sorted(
             {
                 tuple(sorted((*candidate, i)))
@@ -385,7 +389,7 @@ def trace(
         supports.update(zip(level, count.long().tolist(), strict=True))
         return torch.where(count > 0, (present @ probabilities) / count.clamp(min=1), torch.zeros_like(count))
 
-    ranked = beam_search(x, score_level, beam_width, min(max_length, len(x)))
+    ranked = beam_search(x, score_level, beam_width, min(max_length, len(x)), alive=lambda c: supports[c] > 0)
     return TraceResult(
         subsequences=as_subsequences(tokenizer, x, ranked, [supports[p] for p, _ in ranked]),
         prompt_ids=list(x),
