@@ -292,7 +292,7 @@ class IntrinsicDimension(Callback):
         }  # fmt: skip
         if predicted is not None and correct is not None:
             results["accuracy"] = float((predicted == correct).double().mean())
-        if self.probe_folds and correct is not None:
+        if self.probe_folds and correct is not None and self._probe_possible(trainer, correct):
             folds = {layer: probe_accuracy(x, correct, self.probe_folds) for layer, x in states.items()}
             results["probe"] = {layer: sum(f) / len(f) for layer, f in folds.items()}
             results["probe_folds"] = folds
@@ -302,11 +302,16 @@ class IntrinsicDimension(Callback):
         needed = neighbours_needed(estimator, self.settings["k"], self.settings["n2"]) + 1
         if count >= needed:
             return True
-        message = f"IntrinsicDimension: {estimator} needs at least {needed} samples, {count} were gathered"
-        if not trainer.fast_dev_run:
-            raise ValueError(f"{message}: evaluate on more samples (limit_*_batches, max_samples)")
-        log.warning("%s: skipped under fast_dev_run", message)
-        return False
+        return too_few(
+            trainer, f"IntrinsicDimension: {estimator} needs at least {needed} samples, {count} were gathered"
+        )
+
+    def _probe_possible(self, trainer: L.Trainer, correct: torch.Tensor) -> bool:
+        counts = torch.bincount(correct)
+        if (counts > 0).sum() >= 2 and counts[counts > 0].min() >= self.probe_folds:
+            return True
+        message = f"IntrinsicDimension: the {self.probe_folds}-fold probe needs {self.probe_folds} samples of each"
+        return too_few(trainer, f"{message} of 2 or more options, got counts {counts.tolist()}")
 
     def _write(self, trainer: L.Trainer, stage: str) -> None:
         directory = Path(self.output_dir or Path(trainer.log_dir or trainer.default_root_dir) / "intrinsic_dimension")
@@ -321,6 +326,14 @@ class IntrinsicDimension(Callback):
             temporary.write_text(text.getvalue(), encoding="utf-8")
         save_plot(self.results, directory / f"{stem}.png", f"{stage}, epoch {trainer.current_epoch}")
         log_wandb(trainer, self.results, stage)
+
+
+def too_few(trainer: L.Trainer, message: str) -> bool:
+    """False with a warning under ``fast_dev_run`` (a smoke run sees one batch); else ``message`` as an error."""
+    if not trainer.fast_dev_run:
+        raise ValueError(f"{message}: evaluate on more samples (limit_*_batches, max_samples)")
+    log.warning("%s: skipped under fast_dev_run", message)
+    return False
 
 
 def metric_values(results: Mapping[str, Any]) -> dict[str, float]:
