@@ -218,6 +218,42 @@ def test_datamodule_serves_seeded_batches_split_by_sample(all_tokens):
     assert not train_samples & val_samples and len(val_samples) == round(0.25 * NUM_SAMPLES)
 
 
+def test_datamodule_serves_several_harvests_one_after_another(harvests, tmp_path):
+    first, second = harvests["all"], harvests["answer"]
+    rows = {key: torch.cat([harvested(first)[key], harvested(second)[key]]) for key in ("residual.0", "sample_index")}
+    first_rows = len(harvested(first)["sample_index"])
+    data = ready(ActivationDataModule([str(first), str(second)], layer=0, val_fraction=0.25, batch_size=10_000))
+    train, val = next(iter(data.train_dataloader())), next(iter(data.val_dataloader()))
+    for batch in (train, val):
+        assert torch.equal(batch["activations"], rows["residual.0"][batch["row"]])
+        assert torch.equal(batch["index"], rows["sample_index"][batch["row"]])
+        assert torch.equal(batch["harvest"], (batch["row"] >= first_rows).long())
+    assert sorted(train["row"].tolist() + val["row"].tolist()) == list(range(len(rows["sample_index"])))
+    # sample 3 of one harvest and sample 3 of the other are two samples, split apart
+    dataloader_index = torch.cat([harvested(directory)["dataloader_index"] for directory in (first, second)])
+
+    def samples(batch: dict) -> set[tuple[int, int, int]]:
+        keys = (batch["harvest"], dataloader_index[batch["row"]], batch["index"])
+        return set(zip(*(key.tolist() for key in keys), strict=True))
+
+    train_samples, val_samples = samples(train), samples(val)
+    assert not train_samples & val_samples and len(train_samples | val_samples) > 1.5 * NUM_SAMPLES
+    assert len(val_samples) == round(0.25 * len(train_samples | val_samples))
+    held_out = [{(loader, index) for harvest, loader, index in val_samples if harvest == h} for h in (0, 1)]
+    assert held_out[0] and held_out[1] and held_out[0] != held_out[1], "each harvest's samples are drawn apart"
+
+    other = tmp_path / "other"
+    other.mkdir()
+    index = json.loads((second / "index.json").read_text())
+    (other / "index.json").write_text(json.dumps({**index, "hidden_size": 64}))
+    for shard in index["shards"]:
+        (other / shard["file"]).write_bytes((second / shard["file"]).read_bytes())
+    with pytest.raises(ValueError, match=rf"^harvests {first} and {other} differ in hidden_size \(32 vs 64\): only"):
+        ActivationDataModule([str(first), str(other)], layer=0)
+    with pytest.raises(ValueError, match=r"path=\[\] names no harvest"):
+        ActivationDataModule([], layer=0)
+
+
 def test_datamodule_reads_the_shards_memory_mapped(all_tokens, tmp_path):
     directory = tmp_path / "copy"
     directory.mkdir()

@@ -1,15 +1,20 @@
 """Harvested activations (:class:`trustlit.llm.harvest.HarvestActivations`) served memory-mapped.
 
-A batch is ``{"activations": [B, D] float32, "index": [B] long, "row": [B] long, "token_position": [B] long}``:
-the rows of one ``(site, layer)`` tensor, upcast from the stored dtype; ``index`` is the row's sample
-index (the harvested batch's ``index``), ``row`` its global row id (shards in ``index.json`` order).
+A batch is ``{"activations": [B, D] float32, "index": [B] long, "row": [B] long, "token_position": [B] long,
+"harvest": [B] long}``: the rows of one ``(site, layer)`` tensor, upcast from the stored dtype; ``index`` is
+the row's sample index (the harvested batch's ``index``), ``row`` its global row id (harvests in the order
+given, shards in ``index.json`` order).
 
 Nothing is loaded whole: each shard's tensor is a read-only ``numpy.memmap`` over the safetensors
 data region (8-byte header length, JSON header, then raw little-endian data), opened on first use
 in each process, so a harvest larger than memory trains. Only the per-row sample keys
 (``sample_index``, ``dataloader_index``: 16 bytes a row) are read at setup, to split.
 
-Train and validation are split by *sample* (a ``(dataloader_index, sample_index)`` pair), so the
+Several harvests of one model (e.g. TOFU and the invented-author corpus, harvested apart) are served
+as one: ``path`` takes a list, their rows follow one another in that order, and ``harvest`` [B] says
+which a row comes from (``index`` is its sample index within that harvest).
+
+Train and validation are split by *sample* (a ``(harvest, dataloader_index, sample_index)`` triple), so the
 tokens of one sample never straddle the two: a seeded permutation of the samples puts the first
 ``round(val_fraction * num_samples)`` in validation. The train rows come in the order of
 :class:`~trustlit.data.samplers.EpochSeededSampler` (fixed by seed and epoch, resumable); the
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import numpy as np
@@ -134,12 +139,14 @@ class ActivationRows(Dataset):
         sample_index: np.ndarray,
         rows: np.ndarray,
         stored_dtype: str,
+        harvest_starts: np.ndarray,
     ) -> None:
         self.activations = activations
         self.positions = positions
         self.sample_index = sample_index
         self.rows = rows
         self.stored_dtype = stored_dtype
+        self.harvest_starts = harvest_starts  # the first global row of each harvest
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -151,6 +158,7 @@ class ActivationRows(Dataset):
             "index": torch.from_numpy(self.sample_index[rows]),
             "row": torch.from_numpy(rows),
             "token_position": torch.from_numpy(self.positions.read(rows)),
+            "harvest": torch.from_numpy(np.searchsorted(self.harvest_starts, rows, side="right") - 1),
         }
 
     def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
@@ -172,11 +180,50 @@ def split_by_sample(sample_keys: np.ndarray, val_fraction: float, seed: int) -> 
     return np.flatnonzero(~val), np.flatnonzero(val)
 
 
+class Harvest(NamedTuple):
+    """One harvest directory: its checked ``index.json`` and its shard files."""
+
+    path: Path
+    index: dict[str, Any]
+    files: list[Path]
+
+
+def read_harvest(path: str | Path) -> Harvest:
+    """The harvest at ``path`` (its directory or ``index.json``), its index checked."""
+    index = read_index(path)
+    directory = index_path(path).parent
+    return Harvest(directory, index, [directory / shard["file"] for shard in index["shards"]])
+
+
+def check_shards(harvest: Harvest) -> None:
+    """One line naming the first shard file of ``harvest`` that is missing."""
+    for file in harvest.files:
+        if not file.is_file():
+            raise FileNotFoundError(f"shard {file} named by {index_path(harvest.path)} is missing: harvest again")
+
+
+# What the harvests served together must share, or their rows could not be one tensor.
+SHARED_KEYS = ("hidden_size", "num_layers", "dtype")
+
+
+def check_compatible(harvests: list[Harvest]) -> None:
+    """One line naming the first harvest that differs from the first in a :data:`SHARED_KEYS` value."""
+    first = harvests[0]
+    for other in harvests[1:]:
+        for key in SHARED_KEYS:
+            if other.index[key] != first.index[key]:
+                raise ValueError(
+                    f"harvests {first.path} and {other.path} differ in {key} ({first.index[key]} vs "
+                    f"{other.index[key]}): only harvests of one model, in one dtype, can be served together"
+                )
+
+
 class ActivationDataModule(L.LightningDataModule):
-    """Rows of one ``(site, layer)`` of a harvest, split into train/val by sample (see the module docstring).
+    """Rows of one ``(site, layer)`` of one or more harvests, split into train/val by sample (module docstring).
 
     Args:
-        path: the harvest directory (``HarvestActivations.output_dir``) or its ``index.json``.
+        path: the harvest directory (``HarvestActivations.output_dir``) or its ``index.json``; or a list
+            of them, harvests of one model served one after another.
         layer: a harvested decoder-layer index (negative counts from the model's last layer).
         site: ``residual``, ``mlp`` or ``attention``, as harvested.
         val_fraction: share of the samples (not rows) held out for validation.
@@ -187,7 +234,7 @@ class ActivationDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        path: str,
+        path: str | list[str],
         layer: int,
         site: Site = "residual",
         val_fraction: ClosedUnitInterval = 0.1,
@@ -197,11 +244,16 @@ class ActivationDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         check_arguments(ActivationDataModule.__init__, locals())
-        self.path = index_path(path).parent
-        self.index = read_index(path)
+        paths = [path] if isinstance(path, str) else list(path)
+        if not paths:
+            raise ValueError("ActivationDataModule: path=[] names no harvest; give a harvest directory or a list")
+        self.harvests = [read_harvest(p) for p in paths]
+        check_compatible(self.harvests)
+        self.path, self.index = self.harvests[0].path, self.harvests[0].index  # what the harvests share
         self.layer = self._harvested_layer(layer)
         self.site = self._harvested_site(site)
-        self.files = self._shard_files()
+        for harvest in self.harvests:
+            check_shards(harvest)
         self.val_fraction = float(val_fraction)
         self.batch_size = int(batch_size)
         self.seed = seed
@@ -216,39 +268,44 @@ class ActivationDataModule(L.LightningDataModule):
 
     def _harvested_layer(self, layer: int) -> int:
         resolved = layer % self.index["num_layers"] if -self.index["num_layers"] <= layer < 0 else layer
-        if resolved not in self.index["layers"]:
-            raise ValueError(f"layer {layer} was not harvested in {self.path}: available layers {self.index['layers']}")
+        for harvest in self.harvests:
+            if resolved not in harvest.index["layers"]:
+                available = harvest.index["layers"]
+                raise ValueError(f"layer {layer} was not harvested in {harvest.path}: available layers {available}")
         return resolved
 
     def _harvested_site(self, site: str) -> str:
-        if site not in self.index["sites"]:
-            raise ValueError(f"site '{site}' was not harvested in {self.path}: available sites {self.index['sites']}")
+        for harvest in self.harvests:
+            if site not in harvest.index["sites"]:
+                available = harvest.index["sites"]
+                raise ValueError(f"site '{site}' was not harvested in {harvest.path}: available sites {available}")
         return site
 
-    def _shard_files(self) -> list[Path]:
-        files = [self.path / shard["file"] for shard in self.index["shards"]]
-        for file in files:
-            if not file.is_file():
-                raise FileNotFoundError(f"shard {file} named by {index_path(self.path)} is missing: harvest again")
-        return files
-
     def sharded(self, name: str) -> ShardedTensor:
-        return ShardedTensor(self.files, [shard["rows"] for shard in self.index["shards"]], name)
+        """Tensor ``name`` across the shards of every harvest, in order."""
+        files = [file for harvest in self.harvests for file in harvest.files]
+        rows = [shard["rows"] for harvest in self.harvests for shard in harvest.index["shards"]]
+        return ShardedTensor(files, rows, name)
 
     def setup(self, stage: str) -> None:
         if self.train_dataset is not None:
             return
-        every_row = np.arange(self.index["total_rows"], dtype=np.int64)
+        total_rows = [harvest.index["total_rows"] for harvest in self.harvests]
+        harvest_starts = np.concatenate([[0], np.cumsum(total_rows)[:-1]]).astype(np.int64)
+        every_row = np.arange(sum(total_rows), dtype=np.int64)
         sample_index = self.sharded("sample_index").read(every_row)
         dataloader_index = self.sharded("dataloader_index").read(every_row)
-        sample_keys = dataloader_index * (int(sample_index.max(initial=0)) + 1) + sample_index
+        harvest = np.repeat(np.arange(len(total_rows), dtype=np.int64), total_rows)
+        samples, dataloaders = int(sample_index.max(initial=0)) + 1, int(dataloader_index.max(initial=0)) + 1
+        sample_keys = (harvest * dataloaders + dataloader_index) * samples + sample_index
         train, val = split_by_sample(sample_keys, self.val_fraction, self.seed)
         if len(train) == 0:
             raise ValueError(f"val_fraction={self.val_fraction} leaves no training rows in {self.path}")
         activations = self.sharded(tensor_name(self.site, self.layer))
         positions = self.sharded("token_position")
-        self.train_dataset = ActivationRows(activations, positions, sample_index, train, self.index["dtype"])
-        self.val_dataset = ActivationRows(activations, positions, sample_index, val, self.index["dtype"])
+        dtype = self.index["dtype"]
+        self.train_dataset = ActivationRows(activations, positions, sample_index, train, dtype, harvest_starts)
+        self.val_dataset = ActivationRows(activations, positions, sample_index, val, dtype, harvest_starts)
 
     def train_dataloader(self) -> DataLoader:
         return ResumableDataLoader(
