@@ -51,6 +51,17 @@ from trustlit.llm.scoring import batches, evaluating, model_device, sequence_log
 Replacement = Literal["neighbours", "random"]
 TargetSource = Literal["answer", "greedy"]
 _PLACEHOLDER = "<<trustlit-prompt>>"
+# The keywords of trace() that SubsequenceTracing passes on from its hyperparameters (seed: per prompt).
+TRACE_OPTIONS = (
+    "num_samples",
+    "rho",
+    "replacement",
+    "top_neighbours",
+    "beam_width",
+    "max_length",
+    "batch_size",
+    "prompt_format",
+)
 
 
 @dataclass(frozen=True)
@@ -529,21 +540,9 @@ class SubsequenceTracing(AnalysisModule):
         hp = self.hparams
         for question, answer in zip(batch["question"], batch["answer"], strict=True):
             target = self.target_for(question, answer)
-            result = trace(
-                self.model,
-                self.tokenizer,
-                question,
-                target,
-                num_samples=hp.num_samples,
-                rho=hp.rho,
-                replacement=hp.replacement,
-                top_neighbours=hp.top_neighbours,
-                beam_width=hp.beam_width,
-                max_length=hp.max_length,
-                batch_size=hp.batch_size,
-                seed=hp.seed + len(self.traces),
-                prompt_format=hp.prompt_format,
-            )
+            options = {name: hp[name] for name in TRACE_OPTIONS}
+            seed = hp.seed + len(self.traces)
+            result = trace(self.model, self.tokenizer, question, target, seed=seed, **options)
             self.traces.append(self.summary(question, target, result))
 
     def summary(self, question: str, target: str, result: TraceResult) -> dict[str, Any]:
