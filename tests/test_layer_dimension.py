@@ -162,3 +162,26 @@ def test_probe_accuracy_reads_a_linearly_coded_label_and_not_noise():
     assert np.mean(probe_accuracy(rng.normal(size=(400, 30)), labels)) < 0.4
     with pytest.raises(ValueError, match=r"at least 5 samples each, got counts \{0: 3, 1: 3\}"):
         probe_accuracy(rng.normal(size=(6, 2)), np.array([0, 1] * 3))
+
+
+@pytest.mark.slow
+def test_wandb_gets_a_table_and_a_line_plot(module, tmp_path, monkeypatch):
+    import wandb
+    from lightning.pytorch.loggers import WandbLogger
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    logger = WandbLogger(offline=True, save_dir=str(tmp_path), project="trustlit-test")
+    run = L.Trainer(
+        accelerator="cpu", logger=logger, enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[IntrinsicDimension(estimators=["twonn"], layers=[0])], default_root_dir=str(tmp_path),
+    )  # fmt: skip
+    run.validate(module, datamodule=mcqa(), verbose=False)
+    logger.experiment.finish()
+    wandb.teardown()  # flushes the offline record
+    records = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(records) == 1
+    content = records[0].read_bytes()
+    assert b"id/validation/table" in content and b"id/validation/plot" in content
+    for suffix in ("png", "csv", "json"):  # and the files for everyone, in trainer.log_dir (W&B's save_dir)
+        assert (tmp_path / "intrinsic_dimension" / f"validation_epoch000.{suffix}").is_file()
