@@ -209,8 +209,8 @@ def planted_section(args: argparse.Namespace, variant: str, decoys: int, title: 
         " token overlap: the share of trigger tokens in the top-1 span. Reproduction: the top-1 span's tokens"
         f" inserted as one block at a random place into {args.tracing_unrelated if not args.quick else 3} unrelated"
         " faithful prompts (other people, answered correctly without it); the share whose greedy answer becomes"
-        f" y_h. SAT: N = {n} perturbed prompts, rho = 0.5, top-50 embedding neighbours (or uniformly random"
-        " tokens), beam width 20, levels up to the trigger's length. Baselines: per-token scores of"
+        f" y_h. SAT: N = {n} perturbed prompts (the released default is 1024; halved for CPU time), rho = 0.5,"
+        " top-50 embedding neighbours, beam width 20, levels up to the trigger's length. Baselines: per-token scores of"
         " log P(y_h | x), spans ranked by the sum of their tokens' scores through the same beam search."
         " Controls: a uniformly random span of the same length, and the planted trigger itself (the ceiling"
         " of the reproduction rate). Seconds: median per prompt on this machine's CPU (shared, 2 cores).",
