@@ -12,10 +12,11 @@ hierarchical features (a child direction given its parent), which linear-thresho
 Adaptive sparsity at inference: ``encode(x, residual_threshold=tau)`` stops each input once
 ||r_t||^2 / ||r_0||^2 < tau, so the number of atoms is chosen per input.
 
-Loss: mean_b ||x_b - x_hat_b||^2 + beta * L_revive, the dead-atom term of the reference code
+Loss: mean_b ||x_b - x_hat_b||^2 + beta * d_in * L_revive, the dead-atom term of the reference code
 (overcomplete's MP-SAE recipe, :func:`~trustlit.interpret.sae.metrics.revive_loss`):
 L_revive = -mean_{b, j dead} <r_b, d_j> over the atoms whose largest code in the batch is < 0.01,
-applied when more than 10 are dead; beta = 0.01.
+applied when more than 10 are dead; beta = 0.01 against the reference's per-element MSE, hence the d_in
+here, where the reconstruction term sums over the d_in elements.
 
 Notes: docs/methods/matching_pursuit_sae.md
 """
@@ -83,5 +84,7 @@ class MatchingPursuitSAE(SparseAutoencoder):
         x_hat = x - result.residual  # = z D + b_pre, without the dense [B, n_latents] x [n_latents, d_in] product
         terms = {}
         if self.hparams.revive_coefficient > 0:
-            terms["revive"] = self.hparams.revive_coefficient * revive_loss(result.residual, self.W_dec, result.codes)
+            # x d_in: the reference weighs the term against a per-element MSE, ours sums over the d_in elements
+            revive = revive_loss(result.residual, self.W_dec, result.codes)
+            terms["revive"] = self.hparams.revive_coefficient * self.d_in * revive
         return SAEOutput(result.codes, x_hat, terms)
