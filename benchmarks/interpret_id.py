@@ -357,7 +357,8 @@ MLE (k = 20) and GRIDE (n1 = 1, n2 = 2). Probe: standardised features, logistic 
 (fictitious authors the base model never saw) instead of the paper's MMLU-style sets, one 135M model, a
 few hundred items instead of thousands, and a linear probe instead of the paper's projection of each
 layer to the vocabulary. The tiny Llama is randomly initialised (no training): a control whose probe should
-sit near chance.
+sit near chance. "Low-high-low" below means: the estimator's largest value is at an interior layer and
+exceeds by 10 % both the mean over the first sixth of the layers and the mean over the last sixth.
 
 {body}"""
 
