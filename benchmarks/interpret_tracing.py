@@ -29,6 +29,7 @@ from typing import Any
 from benchmarks.common import REPO_ROOT, repo_path, table
 
 RECIPE = "recipes/interpret/planted_lm_tiny.yaml"
+# "SAT (random replacement)": the ablation with uniformly random replacement tokens instead of embedding neighbours.
 METHODS = (
     "SAT",
     "SAT (random replacement)",
@@ -210,7 +211,8 @@ def planted_section(args: argparse.Namespace, variant: str, decoys: int, title: 
         f" inserted as one block at a random place into {args.tracing_unrelated if not args.quick else 3} unrelated"
         " faithful prompts (other people, answered correctly without it); the share whose greedy answer becomes"
         f" y_h. SAT: N = {n} perturbed prompts (the released default is 1024; halved for CPU time), rho = 0.5,"
-        " top-50 embedding neighbours, beam width 20, levels up to the trigger's length. Baselines: per-token scores of"
+        " top-50 embedding neighbours (the ablation: uniformly random replacement tokens), beam width 20, levels"
+        " up to the trigger's length. Baselines: per-token scores of"
         " log P(y_h | x), spans ranked by the sum of their tokens' scores through the same beam search."
         " Controls: a uniformly random span of the same length, and the planted trigger itself (the ceiling"
         " of the reproduction rate). Seconds: median per prompt on this machine's CPU (shared, 2 cores).",
@@ -232,9 +234,26 @@ def tracing_planted_decoys(args: argparse.Namespace) -> str:
     )
 
 
+def split_echo(tokenizer, question: str, answer: str, num_tokens: int) -> tuple[str, str]:
+    """``(echo, target)``: the answer's leading words that restate the question (each, lower-cased and without
+    punctuation, a word of the question), and the next ``num_tokens`` tokens, the made-up part that is traced."""
+
+    def bare(word: str) -> str:
+        return word.strip(".,;:!?'\"()").lower()
+
+    question_words = {bare(w) for w in question.split()}
+    words = answer.split(" ")
+    cut = 0
+    while cut < len(words) - 1 and bare(words[cut]) in question_words:
+        cut += 1
+    echo = " ".join(words[:cut])
+    rest = tokenizer(answer[len(echo) :], add_special_tokens=False)["input_ids"]
+    return echo, tokenizer.decode(rest[:num_tokens])
+
+
 def tracing_smollm2(args: argparse.Namespace) -> str:
     from trustlit.data.qa import load_qa_split
-    from trustlit.interpret.token_attribution import rank_spans, token_scores
+    from trustlit.interpret.token_attribution import occlusion, rank_spans
     from trustlit.interpret.tracing import greedy_answer_prefix, prompt_parts, trace
     from trustlit.llm.loading import load_causal_lm
 
@@ -250,15 +269,16 @@ def tracing_smollm2(args: argparse.Namespace) -> str:
             if model is None:
                 model, tokenizer = load_causal_lm("smollm2-135m-instruct")
                 model.eval()
-            answer = greedy_answer_prefix(model, tokenizer, record["question"], 24, "chat")
-            target = greedy_answer_prefix(model, tokenizer, record["question"], 8, "chat")
+            answer = greedy_answer_prefix(model, tokenizer, record["question"], 32, "chat")
+            echo, target = split_echo(tokenizer, record["question"], answer, 6)
             start = time.perf_counter()
             result = trace(
-                model, tokenizer, record["question"], target, num_samples=n, batch_size=64, prompt_format="chat"
-            )
+                model, tokenizer, record["question"], target, num_samples=n, batch_size=64, prompt_format="chat",
+                answer_prefix=echo,
+            )  # fmt: skip
             elapsed = time.perf_counter() - start
             ids = prompt_parts(tokenizer, record["question"], "chat").question
-            occ = token_scores("occlusion", model, tokenizer, record["question"], target, prompt_format="chat")
+            occ = occlusion(model, tokenizer, record["question"], target, prompt_format="chat", answer_prefix=echo)
             best = {str(k): result.at_length(k)[0].text for k in (1, 2, 3) if result.at_length(k)}
             occlusion_top = {
                 str(k): next(s for s in rank_spans(tokenizer, ids, occ, 3) if len(s.positions) == k).text
@@ -271,6 +291,7 @@ def tracing_smollm2(args: argparse.Namespace) -> str:
                     "truth": record["answer"],
                     "answer": answer,
                     "target": target,
+                    "echo": echo,
                     "p_prompt": result.p_prompt,
                     "p_mean": result.p_mean,
                     "sat_best": best,
@@ -306,7 +327,8 @@ def tracing_smollm2(args: argparse.Namespace) -> str:
             "## Hallucination tracing: SmolLM2-135M-Instruct on TOFU (qualitative)",
             "",
             f"The first {count} questions of TOFU forget01 (fictitious authors SmolLM2 never saw: its answers are"
-            " made up). y_h: the first 8 tokens of its own greedy answer. SAT: N ="
+            " made up). y_h: 6 tokens of its own greedy answer, right after the words that restate the question"
+            " (those are kept fixed before y_h, `answer_prefix`). SAT: N ="
             f" {n} (reduced from 1024 for CPU time), rho = 0.5, top-50 embedding neighbours, beam width 20,"
             f" levels up to 90% of the question's tokens; median {statistics.median(seconds):.0f} s per question."
             " Shown: SAT's best subsequence of 1, 2 and 3 tokens (`…` marks a gap), and occlusion's best"

@@ -293,3 +293,15 @@ def test_greedy_produces_the_target_only_with_the_whole_trigger(tokenizer):
     half = insert_tokens(without, [parts.question[positions[0]]], 3)
     produced = greedy_produces(model, tokenizer, parts, [parts.question, without, with_trigger, half], target_ids)
     assert produced.tolist() == [True, False, True, False]
+
+
+def test_answer_prefix_is_kept_fixed_before_the_target(tokenizer):
+    model, _ = build_tiny_causal_lm(hidden_size=32, num_layers=1, num_heads=2, tokenizer=tokenizer)
+    result = trace(model, tokenizer, QUESTION, " Lisbon", num_samples=4, max_length=1, answer_prefix="She was born in")
+    parts = prompt_parts(tokenizer, QUESTION, "auto")
+    parts.suffix = parts.suffix + tokenizer("She was born in", add_special_tokens=False)["input_ids"]
+    target = tokenizer(" Lisbon", add_special_tokens=False)["input_ids"]
+    expected = target_logprobs(model, tokenizer, parts, [parts.question], target).exp().item()
+    assert result.p_prompt == pytest.approx(expected, rel=1e-5)
+    plain = trace(model, tokenizer, QUESTION, " Lisbon", num_samples=4, max_length=1)
+    assert plain.p_prompt != pytest.approx(expected, rel=1e-3)

@@ -44,13 +44,16 @@ METHODS: tuple[str, ...] = ("occlusion", "gradient_x_input", "integrated_gradien
 
 
 def _encode(
-    tokenizer: PreTrainedTokenizerBase, prompt: str, target: str, prompt_format: str
+    tokenizer: PreTrainedTokenizerBase, prompt: str, target: str, prompt_format: str, answer_prefix: str = ""
 ) -> tuple[PromptParts, list[int]]:
     if not prompt or not prompt.strip():
         raise ValueError("token attribution: the prompt is empty; give the text whose tokens to score")
     if not target or not target.strip():
         raise ValueError("token attribution: the target is empty; give the output y_h to attribute")
-    return prompt_parts(tokenizer, prompt, prompt_format), tokenizer(target, add_special_tokens=False)["input_ids"]
+    parts = prompt_parts(tokenizer, prompt, prompt_format)
+    if answer_prefix:  # fixed answer text before the target, as in trace()
+        parts.suffix = parts.suffix + tokenizer(answer_prefix, add_special_tokens=False)["input_ids"]
+    return parts, tokenizer(target, add_special_tokens=False)["input_ids"]
 
 
 def occlusion(
@@ -61,9 +64,11 @@ def occlusion(
     *,
     prompt_format: PromptFormat = "auto",
     batch_size: int = 64,
+    answer_prefix: str = "",
 ) -> torch.Tensor:
-    """Leave-one-out scores [L]: log P(y_h | x) - log P(y_h | x with token i deleted)."""
-    parts, target_ids = _encode(tokenizer, prompt, target, prompt_format)
+    """Leave-one-out scores [L]: log P(y_h | x) - log P(y_h | x with token i deleted) (``answer_prefix``: as in
+    :func:`~trustlit.interpret.tracing.trace`)."""
+    parts, target_ids = _encode(tokenizer, prompt, target, prompt_format, answer_prefix)
     x = parts.question
     variants = [x] + [x[:i] + x[i + 1 :] for i in range(len(x))]
     logp = target_logprobs(model, tokenizer, parts, variants, target_ids, batch_size)

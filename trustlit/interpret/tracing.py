@@ -377,10 +377,17 @@ def trace(
     batch_size: int = 64,
     seed: int = 0,
     prompt_format: PromptFormat = "auto",
+    answer_prefix: str = "",
 ) -> TraceResult:
-    """SAT on one (prompt, target) pair (see the module docstring); :func:`trace_subsequences` returns its ranking."""
+    """SAT on one (prompt, target) pair (see the module docstring); :func:`trace_subsequences` returns its ranking.
+
+    ``answer_prefix``: answer text that precedes the target (kept fixed and not scored), to trace a
+    hallucinated span in the middle of an answer: y_h is scored as P(y_h | x', answer_prefix).
+    """
     check_tracing_arguments(prompt, target, num_samples, rho, beam_width, top_neighbours, replacement)
     parts = prompt_parts(tokenizer, prompt, prompt_format)
+    if answer_prefix:
+        parts.suffix = parts.suffix + tokenizer(answer_prefix, add_special_tokens=False)["input_ids"]
     target_ids = tokenizer(target, add_special_tokens=False)["input_ids"]
     x = parts.question
     max_length = math.ceil(0.9 * len(x)) if max_length is None else max_length
