@@ -11,7 +11,7 @@ one torchgeo's tasks use for evaluation:
   every scalar result as ``test/<name>`` and writes all results (scalars, lists, tables) to
   ``<trainer.default_root_dir>/<results_file>`` atomically.
 
-Under DDP each rank accumulates its shard; :meth:`AnalysisModule.gather` concatenates a tensor
+Under DDP each rank accumulates its shard; :func:`gather_rows` (:meth:`AnalysisModule.gather`) concatenates a tensor
 over the ranks for ``compute``. ``trustlit fit`` on an analysis module is refused with one line.
 A subclass implements ``update`` and ``compute`` (and ``reset`` when it keeps state other than
 tensors registered as buffers); the estimator itself stays a pure function that ``compute`` calls.
@@ -51,6 +51,20 @@ def scalar_results(results: dict[str, Any]) -> dict[str, float]:
     return scalars
 
 
+def gather_rows(module: L.LightningModule, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` [N_rank, ...] concatenated over the ranks of ``module``'s trainer (itself on one device);
+    ranks must agree on the trailing shape. Ranks with different N are padded to the largest and the
+    padding dropped. Callbacks gather their rows through the module they are given."""
+    if module.trainer.world_size == 1:
+        return tensor
+    sizes = module.all_gather(torch.tensor(tensor.shape[0], device=module.device))
+    largest = int(sizes.max())
+    padded = torch.zeros((largest, *tensor.shape[1:]), dtype=tensor.dtype, device=module.device)
+    padded[: tensor.shape[0]] = tensor
+    gathered = module.all_gather(padded)
+    return torch.cat([gathered[rank, : int(size)] for rank, size in enumerate(sizes)])
+
+
 class AnalysisModule(L.LightningModule, ABC):
     """Base of the estimators that do not train (see the module docstring).
 
@@ -75,16 +89,8 @@ class AnalysisModule(L.LightningModule, ABC):
         """Forget what was accumulated (called before each test epoch)."""
 
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor`` [N_rank, ...] concatenated over the ranks (itself on one device); ranks must agree on
-        the trailing shape. Ranks with different N are padded to the largest and the padding dropped."""
-        if self.trainer.world_size == 1:
-            return tensor
-        sizes = self.all_gather(torch.tensor(tensor.shape[0], device=self.device))
-        largest = int(sizes.max())
-        padded = torch.zeros((largest, *tensor.shape[1:]), dtype=tensor.dtype, device=self.device)
-        padded[: tensor.shape[0]] = tensor
-        gathered = self.all_gather(padded)
-        return torch.cat([gathered[rank, : int(size)] for rank, size in enumerate(sizes)])
+        """:func:`gather_rows` of ``tensor`` over this module's ranks."""
+        return gather_rows(self, tensor)
 
     def on_test_epoch_start(self) -> None:
         self.reset()

@@ -42,7 +42,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
-from trustlit.analysis import AnalysisModule
+from trustlit.analysis import gather_rows
 from trustlit.hparams import NonNegativeInt, OpenUnitInterval, PositiveInt, check_arguments
 from trustlit.interpret.intrinsic_dimension import ESTIMATORS, gride, mle, twonn
 from trustlit.interpret.probes import probe_accuracy
@@ -253,8 +253,7 @@ class IntrinsicDimension(Callback):
             self._predicted.append(scores.argmax(dim=1))
 
     def _gathered(self, pl_module: L.LightningModule, parts: list[torch.Tensor]) -> torch.Tensor:
-        # AnalysisModule.gather: pad to the largest rank, all_gather, drop the padding (one implementation)
-        return AnalysisModule.gather(pl_module, torch.cat(parts)).cpu()
+        return gather_rows(pl_module, torch.cat(parts)).cpu()
 
     def _finish(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if not self._keys:
