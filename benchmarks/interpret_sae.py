@@ -56,7 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sae-lr", type=float, default=1e-3, help="Adam lr of every model (default 1e-3)")
     parser.add_argument("--sae-ks", default="8,16,32,64", help="k values (default 8,16,32,64)")
     parser.add_argument(
-        "--sae-peers", type=Path, default=Path("/work/peers"), help="directory holding overcomplete and einops"
+        "--sae-peers",
+        type=Path,
+        default=REPO_ROOT.parent / "peers",
+        help="directory holding overcomplete and einops (default: ../peers next to the repository)",
     )
     parser.add_argument("--sae-val-tokens", type=int, default=8192, help="validation tokens (default 8192)")
 
@@ -270,7 +273,37 @@ def render(results: dict, ks: list[int], with_recovery: bool) -> str:
             cells = [str(k), name, f"{r['fvu']:.4f}", f"{r['l0']:.1f}", f"{r['dead']:.3f}"]
             cells += [f"{r['recovery']:.3f}"] if with_recovery else []
             rows.append([*cells, f"{r['tokens_per_s']:,.0f}"])
-    return table(header, rows, align="rlrrrrr")
+    return table(header, rows, align="rl" + "r" * (len(header) - 2))
+
+
+def summary(results: dict, ks: list[int]) -> str:
+    """One sentence on the targets, from the measurements."""
+    compared = [k for k in ks if (PEER, k) in results]
+    wins = [k for k in compared if results["MatchingPursuitSAE", k]["fvu"] <= results[PEER, k]["fvu"]]
+    ratios = [results["MatchingPursuitSAE", k]["tokens_per_s"] / results[PEER, k]["tokens_per_s"] for k in compared]
+    losses = [k for k in ks if results["MatchingPursuitSAE", k]["fvu"] > results["TopKSAE", k]["fvu"]]
+    return (
+        f"MP-SAE's FVU is at most the peer's at {len(wins)} of {len(compared)} k "
+        f"({', '.join(map(str, wins)) or 'none'}); "
+        f"its throughput is {min(ratios):.1f}x to {max(ratios):.1f}x the peer's. "
+        + (
+            f"MP-SAE loses to TopK at k = {', '.join(map(str, losses))}."
+            if losses
+            else "MP-SAE's FVU is below TopK's at every k here."
+        )
+    )
+
+
+CAVEATS = """Reading the table: throughputs were measured one run after another on a 2-core machine shared with other
+jobs (load average ~10), so they drift by 2-3x between runs; the ours / peer ratios compare runs minutes
+apart, not simultaneous ones. ReLU and JumpReLU did not settle at L0 = k within the run (their L0 column
+is what they reached: the controller overshoots, JumpReLU's thresholds overshoot downwards in L0), so
+their rows are not at equal L0. BatchTopK validates with its inference threshold, an average of the
+smallest kept activation that lags in a short run, hence L0 < k. MP-SAE's L0 is slightly below k where
+it picks an atom twice. A low FVU at large k is partly fitted noise (recovery falls with k for every
+method; SynthSAEBench, arXiv 2602.14687, reports that MP-SAE exploits superposition noise this way).
+Each run is cached under `<workdir>/sae/`: when a block is re-rendered from the cache, its date and load
+average above are those of the rendering, not of the measurements."""
 
 
 def versus_peer(results: dict, ks: list[int]) -> str:
@@ -314,7 +347,7 @@ FVU = sum ||x - x_hat||^2 / sum ||x - mean x||^2; L0 = non-zeros per sample (MP-
 twice, so L0 <= k; BatchTopK validates with its threshold; ReLU and JumpReLU are steered to L0 = k
 during training); dead = share of atoms that never fire on the validation set; recovery = mean over
 the {len(data.features)} true features of the largest cosine to an atom; tokens/s = training only,
-one process, {args.threads} threads, on a shared 2-core CPU (compare within a row group, not across
+one process, {args.threads} thread(s), on a shared 2-core CPU (compare within a row group, not across
 machines).
 
 {render(results, ks, with_recovery=True)}
@@ -322,6 +355,10 @@ machines).
 MP-SAE against the peer implementation (overcomplete's `MpSAE`, same data, k, steps) and against TopK:
 
 {versus_peer(results, ks)}
+
+{summary(results, ks)}
+
+{CAVEATS}
 """
 
 
@@ -399,6 +436,11 @@ FVUs here are those of short runs.
 MP-SAE against the peer implementation (overcomplete's `MpSAE`, same data, k, steps) and against TopK:
 
 {versus_peer(results, ks)}
+
+{summary(results, ks)} (A public replication, EleutherAI's "Matching pursuit SAEs" on SmolLM2 layers
+10-20, found MP worse than TopK at small k; at this run's scale the comparison above is what we measured.)
+
+{CAVEATS.replace("; SynthSAEBench", " on the synthetic data; SynthSAEBench")}
 """
 
 
