@@ -21,7 +21,7 @@ QUIET := --trainer.enable_progress_bar=false
 # tests/slurm/cluster.sh installs slurm-wlm and munge (apt-get, needs root) and starts it.
 SLURM_DIR ?= /tmp/trustlit-slurm
 
-.PHONY: demo test lint clean test-slurm slurm-up slurm-down models peers check-python
+.PHONY: demo test lint clean test-slurm slurm-up slurm-down models peers bench-peers check-python
 
 # Python >= 3.10 is needed; a .venv whose pip no longer runs (moved, or its Python removed) is made anew.
 check-python:
@@ -59,6 +59,12 @@ $(PEERS_STAMP): | check-python
 	touch $(PEERS_STAMP)
 
 peers: $(PEERS_STAMP)
+
+# The benchmarks' peer implementations that need .venv's torch but must not change its packages
+# (overcomplete's own dependencies pull a CUDA torch): without their dependencies, in .peers,
+# which benchmarks/interpret_sae.py puts on sys.path (--sae-peers).
+bench-peers: $(STAMP)
+	$(PY) -m pip install --quiet --no-deps --target .peers "overcomplete==0.3.0" "einops>=0.8"
 
 # Earlier demo results are kept: moved aside to $(DEMO)-<time it ran>, and the place printed.
 demo: $(STAMP)
@@ -103,4 +109,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check trustlit tests benchmarks
 
 clean:
-	rm -rf $(VENV) $(PEERS_VENV) runs lightning_logs wandb .pytest_cache
+	rm -rf $(VENV) $(PEERS_VENV) .peers runs lightning_logs wandb .pytest_cache

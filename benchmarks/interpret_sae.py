@@ -58,8 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sae-peers",
         type=Path,
-        default=REPO_ROOT.parent / "peers",
-        help="directory holding overcomplete and einops (default: ../peers next to the repository)",
+        default=REPO_ROOT / ".peers",
+        help="directory holding overcomplete and einops (default: .peers, made by `make bench-peers`)",
     )
     parser.add_argument("--sae-val-tokens", type=int, default=8192, help="validation tokens (default 8192)")
 
@@ -76,9 +76,7 @@ def import_overcomplete_mp(peers: Path) -> type:
         sys.path.insert(0, str(peers))
     spec = importlib.util.find_spec("overcomplete")
     if spec is None or spec.submodule_search_locations is None:
-        raise FileNotFoundError(
-            f"overcomplete is not in {peers}: pip install --no-deps --target {peers} overcomplete einops"
-        )
+        raise FileNotFoundError(f"overcomplete is not in {peers}: run make bench-peers, or pass --sae-peers DIR")
     if "overcomplete" not in sys.modules:
         package = types.ModuleType("overcomplete")
         package.__path__ = list(spec.submodule_search_locations)

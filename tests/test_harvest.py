@@ -254,6 +254,22 @@ def test_datamodule_serves_several_harvests_one_after_another(harvests, tmp_path
         ActivationDataModule([], layer=0)
 
 
+def test_datamodule_leaves_out_rows_before_min_token_position(all_tokens):
+    positions = harvested(all_tokens)["token_position"]
+    every = ready(ActivationDataModule(str(all_tokens), layer=0, val_fraction=0.25, batch_size=10_000))
+    later = ready(
+        ActivationDataModule(str(all_tokens), layer=0, val_fraction=0.25, batch_size=10_000, min_token_position=1)
+    )
+    rows = {
+        name: next(iter(loader()))
+        for name, loader in (("train", later.train_dataloader), ("val", later.val_dataloader))
+    }
+    assert all((batch["token_position"] >= 1).all() for batch in rows.values())
+    served = sorted(rows["train"]["row"].tolist() + rows["val"]["row"].tolist())
+    assert served == torch.nonzero(positions >= 1).squeeze(1).tolist()
+    assert set(rows["val"]["row"].tolist()) < set(next(iter(every.val_dataloader()))["row"].tolist()), "same split"
+
+
 def test_datamodule_reads_the_shards_memory_mapped(all_tokens, tmp_path):
     directory = tmp_path / "copy"
     directory.mkdir()

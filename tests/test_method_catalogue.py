@@ -17,8 +17,14 @@ from trustlit.hparams import PositiveFloat
 METHODS = registry.entries(kind="method")
 RECIPES = sorted((REPO_ROOT / "recipes").rglob("*.yaml"))
 TINY = {"name_or_path": "tiny-llama", "tiny": {"hidden_size": 32, "num_layers": 2, "num_heads": 2}}
-# Where the page name is not the plain snake_case of the class: the paper's one-word spelling.
-PAGE_NAMES = {"SimNPO": "simnpo"}
+# Where the page name is not the plain snake_case of the class: the papers' one-word spellings.
+PAGE_NAMES = {
+    "SimNPO": "simnpo",
+    "ReLUSAE": "relu_sae",
+    "TopKSAE": "topk_sae",
+    "BatchTopKSAE": "batch_topk_sae",
+    "JumpReLUSAE": "jumprelu_sae",
+}
 
 
 def method_doc_path(class_name: str) -> str:
@@ -52,6 +58,8 @@ def test_page_names_follow_one_rule():
     assert method_doc_path("IdkDPO") == "docs/methods/idk_dpo.md"
     assert method_doc_path("LUNAR") == "docs/methods/lunar.md"
     assert method_doc_path("SimNPO") == "docs/methods/simnpo.md"
+    assert method_doc_path("MatchingPursuitSAE") == "docs/methods/matching_pursuit_sae.md"
+    assert method_doc_path("JumpReLUSAE") == "docs/methods/jumprelu_sae.md"
 
 
 @pytest.mark.parametrize("entry", METHODS, ids=lambda e: e.name)

@@ -8,7 +8,8 @@ given, shards in ``index.json`` order).
 Nothing is loaded whole: each shard's tensor is a read-only ``numpy.memmap`` over the safetensors
 data region (8-byte header length, JSON header, then raw little-endian data), opened on first use
 in each process, so a harvest larger than memory trains. Only the per-row sample keys
-(``sample_index``, ``dataloader_index``: 16 bytes a row) are read at setup, to split.
+(``sample_index``, ``dataloader_index``: 16 bytes a row, and ``token_position`` with
+``min_token_position``) are read at setup, to split and filter.
 
 Several harvests of one model (e.g. TOFU and the invented-author corpus, harvested apart) are served
 as one: ``path`` takes a list, their rows follow one another in that order, and ``harvest`` [B] says
@@ -230,6 +231,9 @@ class ActivationDataModule(L.LightningDataModule):
         batch_size: rows per batch.
         seed: seeds the split and the training order (with the epoch).
         num_workers: DataLoader workers (each maps the shards itself).
+        min_token_position: rows at token positions below it are left out. 1 drops each sample's first
+            token, an attention sink in many LMs (SmolLM2's layer-15 state there has about 140x the norm
+            of the others and is the same in every sample), which would dominate a reconstruction loss.
     """
 
     def __init__(
@@ -241,6 +245,7 @@ class ActivationDataModule(L.LightningDataModule):
         batch_size: PositiveInt = 4096,
         seed: int = 0,
         num_workers: NonNegativeInt = 0,
+        min_token_position: NonNegativeInt = 0,
     ) -> None:
         super().__init__()
         check_arguments(ActivationDataModule.__init__, locals())
@@ -258,6 +263,7 @@ class ActivationDataModule(L.LightningDataModule):
         self.batch_size = int(batch_size)
         self.seed = seed
         self.num_workers = int(num_workers)
+        self.min_token_position = int(min_token_position)
         self.train_dataset: ActivationRows | None = None
         self.val_dataset: ActivationRows | None = None
 
@@ -299,10 +305,16 @@ class ActivationDataModule(L.LightningDataModule):
         samples, dataloaders = int(sample_index.max(initial=0)) + 1, int(dataloader_index.max(initial=0)) + 1
         sample_keys = (harvest * dataloaders + dataloader_index) * samples + sample_index
         train, val = split_by_sample(sample_keys, self.val_fraction, self.seed)
-        if len(train) == 0:
-            raise ValueError(f"val_fraction={self.val_fraction} leaves no training rows in {self.path}")
-        activations = self.sharded(tensor_name(self.site, self.layer))
         positions = self.sharded("token_position")
+        if self.min_token_position > 0:
+            kept = positions.read(every_row) >= self.min_token_position
+            train, val = train[kept[train]], val[kept[val]]
+        if len(train) == 0:
+            raise ValueError(
+                f"val_fraction={self.val_fraction}, min_token_position={self.min_token_position} leave no "
+                f"training rows in {self.path}"
+            )
+        activations = self.sharded(tensor_name(self.site, self.layer))
         dtype = self.index["dtype"]
         self.train_dataset = ActivationRows(activations, positions, sample_index, train, dtype, harvest_starts)
         self.val_dataset = ActivationRows(activations, positions, sample_index, val, dtype, harvest_starts)

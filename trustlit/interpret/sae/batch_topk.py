@@ -9,7 +9,7 @@ batch, theta <- (1 - lr_theta) theta + lr_theta min_{z_bj > 0} z_bj (lr_theta = 
 ``topk_threshold_lr``; the authors' code averages the minima of the last batches instead).
 AuxK as in :mod:`~trustlit.interpret.sae.topk` (alpha = 1/32).
 
-Notes: docs/methods/batch_top_ksae.md
+Notes: docs/methods/batch_topk_sae.md
 """
 
 from __future__ import annotations

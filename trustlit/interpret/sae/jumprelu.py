@@ -12,7 +12,7 @@ and no pseudo-derivative with respect to h (the L0 term trains only the threshol
 Defaults are the paper's: epsilon = 0.001, theta initialised to 0.001, Adam with beta1 = 0 and
 beta2 = 0.999 (for inputs scaled so that E||x||^2 = d_in); lambda sets the sparsity.
 
-Notes: docs/methods/jump_re_lusae.md
+Notes: docs/methods/jumprelu_sae.md
 """
 
 from __future__ import annotations

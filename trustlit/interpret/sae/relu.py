@@ -10,7 +10,7 @@ The default lambda = 5 is the April update's, for inputs scaled so that E||x|| =
 the sparsity (L0) it gives depends on the data's scale, so set it per data set (the benchmark
 tunes it to a target L0).
 
-Notes: docs/methods/re_lusae.md
+Notes: docs/methods/relu_sae.md
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Loss: mean_b ||x_b - x_hat_b||^2 + alpha * L_aux, with AuxK
 dead atoms predict the residual; alpha = 1/32 (the paper's) and k_aux = d_in / 2 by default (the paper
 uses 512 for its large models; d_in / 2 is SAELens' heuristic).
 
-Notes: docs/methods/top_ksae.md
+Notes: docs/methods/topk_sae.md
 """
 
 from __future__ import annotations
