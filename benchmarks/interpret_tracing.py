@@ -185,6 +185,11 @@ def recovery_table(results: list[dict]) -> str:
     return table(header, rows, "lrrrrr")
 
 
+def released_or_fewer(n: int) -> str:
+    """How N compares with the released code's 1024 perturbed prompts."""
+    return "the released default" if n == 1024 else "the released default is 1024; fewer for CPU time"
+
+
 def planted_section(args: argparse.Namespace, variant: str, decoys: int, title: str) -> str:
     from trustlit.data.planted import PlantedConfig
 
@@ -210,7 +215,7 @@ def planted_section(args: argparse.Namespace, variant: str, decoys: int, title: 
         " token overlap: the share of trigger tokens in the top-1 span. Reproduction: the top-1 span's tokens"
         f" inserted as one block at a random place into {args.tracing_unrelated if not args.quick else 3} unrelated"
         " faithful prompts (other people, answered correctly without it); the share whose greedy answer becomes"
-        f" y_h. SAT: N = {n} perturbed prompts (the released default is 1024; halved for CPU time), rho = 0.5,"
+        f" y_h. SAT: N = {n} perturbed prompts ({released_or_fewer(n)}), rho = 0.5,"
         " top-50 embedding neighbours (the ablation: uniformly random replacement tokens), beam width 20, levels"
         " up to the trigger's length. Baselines: per-token scores of"
         " log P(y_h | x), spans ranked by the sum of their tokens' scores through the same beam search."
