@@ -1,0 +1,16 @@
+"""Attribution: value functions over player masks, the unified KernelSHAP family and exact Shapley values,
+ProxySPEX interactions.
+
+Nothing heavy is imported until a name below is first used.
+"""
+
+from trustlit.lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "trustlit.attribution.value": ["TabularValue", "TokenValue", "ValueFunction", "CountingValue"],
+        "trustlit.attribution.shapley": ["ShapleyResult", "exact_shapley", "kernel_shap", "unbiased_kernel_shap"],
+        "trustlit.attribution.proxyspex": ["InteractionResult", "proxyspex"],
+    },
+)
