@@ -23,6 +23,7 @@ Notes: docs/methods/kernel_shap.md
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -115,6 +116,12 @@ def systematic_round(expected: np.ndarray, rng: np.random.Generator) -> np.ndarr
     return np.histogram(points, bins=edges)[0] if points.size else np.zeros(len(expected), dtype=int)
 
 
+@functools.lru_cache(maxsize=64)
+def combinations(n: int, s: int) -> np.ndarray:
+    """All C(n, s) coalitions of size s as player indices [C(n, s), s]."""
+    return np.array(list(itertools.combinations(range(n), s)), dtype=np.int64).reshape(-1, s)
+
+
 def random_subsets(n: int, s: int, k: int, rng: np.random.Generator) -> np.ndarray:
     """k distinct uniformly random coalitions of size s, as bool [k, n]."""
     total = math.comb(n, s)
@@ -122,9 +129,7 @@ def random_subsets(n: int, s: int, k: int, rng: np.random.Generator) -> np.ndarr
         raise ValueError(f"cannot draw {k} distinct coalitions of size {s} from {total}")
     out = np.zeros((k, n), dtype=bool)
     if total <= ENUMERATE_LIMIT:
-        combos = list(itertools.combinations(range(n), s))
-        for row, j in enumerate(rng.choice(total, size=k, replace=False)):
-            out[row, list(combos[j])] = True
+        out[np.arange(k)[:, None], combinations(n, s)[rng.choice(total, size=k, replace=False)]] = True
         return out
     seen: set[bytes] = set()
     row = 0
