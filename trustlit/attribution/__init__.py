@@ -11,6 +11,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
     {
         "trustlit.attribution.value": ["TabularValue", "TokenValue", "ValueFunction", "CountingValue"],
         "trustlit.attribution.shapley": ["ShapleyResult", "exact_shapley", "kernel_shap", "unbiased_kernel_shap"],
-        "trustlit.attribution.proxyspex": ["InteractionResult", "proxyspex"],
+        "trustlit.attribution.proxy_spex": ["InteractionResult", "proxyspex"],
     },
 )
