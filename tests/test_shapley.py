@@ -169,3 +169,7 @@ def test_bad_input() -> None:
         kernel_shap(GAME, 20, estimator="ols")
     with pytest.raises(ValueError, match=r"n_players=21; enumeration needs 1 <= n <= 20"):
         exact_shapley(Game(21, [0.0] * 21, {}))
+    with pytest.raises(ValueError, match=r"n_players=1001: the float64 kernel weights overflow past n = 1000"):
+        kernel_shap(Game(1001, [0.0] * 1001, {}), 2000)
+    with pytest.raises(ValueError, match=r"n_players=1001: the float64 kernel weights overflow"):
+        unbiased_kernel_shap(Game(1001, [0.0] * 1001, {}), 2000)

@@ -12,6 +12,8 @@ projection P = I - 11^T/n and phi = P y + (v(N) - v(0))/n 1 the constraint disap
     zbar_S = sqrt(w(s)) P 1_S,    ybar_S = sqrt(w(s)) (v(S) - v(0) - s (v(N) - v(0)) / n),
     phi = Zbar^+ ybar + (v(N) - v(0))/n 1 = (n/(n-1)) Zbar^T ybar + (v(N) - v(0))/n 1    (Zbar^T Zbar = (n-1)/n P).
 
+This is the paper's Theorem 2.1 (phi = Q U^T b_lambda + alpha 1, Q Q^T = P) with lambda = alpha = (v(N) - v(0))/n.
+
 A sketch S (m sampled rows, weight 1/(m p_S) with replacement, 1/q_S without) gives the two estimators:
 ``regression`` phi_hat = (S Zbar)^+ S ybar + ... (KernelSHAP, LeverageSHAP) and ``matrix_vector``
 phi_hat = (n/(n-1)) Zbar^T S^T S ybar + ... (unbiased). Sampling p_S ∝ w(s)^tau (||u_S||^2)^(1-tau) with leverage
@@ -36,6 +38,9 @@ from trustlit.attribution.value import CountingValue, ValueFunction
 
 SAMPLINGS = {"kernel": 1.0, "leverage": 0.0, "modified_l2": 0.5}
 MAX_EXACT_PLAYERS = 20
+# w(s) and p_S are held as float64 per coalition; C(n, n/2) s (n-s) overflows float64 from n = 1011 on (silent zero
+# kernel weights from n = 1012, OverflowError from n ~ 1030), so the sampling estimators refuse n > 1000.
+MAX_SAMPLED_PLAYERS = 1000
 ENUMERATE_LIMIT = 200_000  # strata up to this size are enumerated; larger ones are sampled by rejection
 
 
@@ -226,6 +231,11 @@ def sample_with_replacement(
 def check_budget(n: int, budget: int) -> None:
     if n < 2:
         raise ValueError(f"n_players={n}: sampling estimators need at least 2 players (use exact_shapley)")
+    if n > MAX_SAMPLED_PLAYERS:
+        raise ValueError(
+            f"n_players={n}: the float64 kernel weights overflow past n = {MAX_SAMPLED_PLAYERS} "
+            "(a log-space sampler, as in the paper's high-dimensional implementation, is not implemented)"
+        )
     if int(budget) != budget or budget < n + 1:
         raise ValueError(f"budget={budget}: at least n + 1 = {n + 1} evaluations are needed for {n} players")
 
