@@ -22,6 +22,7 @@ Notes: docs/methods/sparse_autoencoders.md
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Literal, NamedTuple
 
 import lightning as L
@@ -56,7 +57,7 @@ def activation_source(datamodule: Any) -> str:
     return f"{where} (layer {layer}, site {site})" if layer is not None else where
 
 
-class SparseAutoencoder(L.LightningModule):
+class SparseAutoencoder(L.LightningModule, ABC):
     """Base of the SAE variants (see the module docstring). Subclasses implement :meth:`encode` and
     :meth:`training_forward`.
 
@@ -124,9 +125,9 @@ class SparseAutoencoder(L.LightningModule):
 
     # --- encoder and decoder --------------------------------------------------------------------
 
+    @abstractmethod
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """Codes z [B, n_latents] of activations x [B, d_in] (inference: BatchTopK uses its threshold)."""
-        raise NotImplementedError
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         """x_hat = z D + b_pre."""
@@ -135,9 +136,9 @@ class SparseAutoencoder(L.LightningModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.decode(self.encode(x))
 
+    @abstractmethod
     def training_forward(self, x: torch.Tensor) -> SAEOutput:
         """The training-time encoding of a batch, its reconstruction and the variant's loss terms."""
-        raise NotImplementedError
 
     # --- checks ---------------------------------------------------------------------------------
 
