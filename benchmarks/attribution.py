@@ -1,0 +1,49 @@
+"""Attribution benchmarks: Shapley estimation (the unified KernelSHAP family), ProxySPEX interactions.
+
+    .venv/bin/python benchmarks/attribution.py [--sections ...] [--quick] [--workdir runs/benchmarks/attribution]
+
+Each family's sections live in their own module (``attribution_shapley.py``, ``attribution_proxyspex.py``), which
+documents them, their targets and peers; this script composes them into one report,
+``docs/benchmarks/attribution.md``. Finished stages (per explained row, per LLM context) are cached under
+``--workdir``, so a long run can be completed later: run it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import trustlit
+from benchmarks import attribution_proxyspex, attribution_shapley
+from benchmarks.common import Report, quiet
+
+FAMILIES = (attribution_shapley, attribution_proxyspex)
+REPORT = Report(
+    "Attribution benchmarks",
+    "benchmarks/attribution.py",
+    "docs/benchmarks/attribution.md",
+    {name: section for family in FAMILIES for name, section in family.SECTIONS.items()},
+    f"trustlit {trustlit.__version__}",
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = REPORT.parser(__doc__.splitlines()[0], "a smoke run: few rows, seeds, games, budgets and masks")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
+    parser.add_argument("--workdir", type=Path, default=Path("runs/benchmarks/attribution"), help="cached stages")
+    for family in FAMILIES:
+        family.add_arguments(parser)
+    return REPORT.parse(parser, argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    quiet()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    REPORT.run(args)
+
+
+if __name__ == "__main__":
+    main()
