@@ -56,8 +56,8 @@ def subcommand(recipe: Path) -> str:
 
 def offline_stand_ins(recipe: Path, harvest: Callable[[], Path]) -> list[str]:
     """Overrides that run a recipe here: a tiny model for checkpoints and pretrained models, the
-    shared TOFU copy for the hub dataset, a layer the tiny model has, and, for recipes that learn from
-    harvested activations, the tiny harvest (``harvest()``) and its width."""
+    shared TOFU copy for the hub dataset, a layer the tiny model has, small attribution budgets, and, for recipes
+    that learn from harvested activations, the tiny harvest (``harvest()``) and its width."""
     config = read_recipe(recipe)
     model_args, data_args = config["model"]["init_args"], config["data"]["init_args"]
     overrides = []
@@ -70,6 +70,10 @@ def offline_stand_ins(recipe: Path, harvest: Callable[[], Path]) -> list[str]:
         overrides += [f"--data.init_args.source={SHARED_DATA / 'tofu'}", "--data.init_args.max_samples=8"]
     if "layer" in model_args:
         overrides.append("--model.init_args.layer=1")
+    if "n_holdout" in model_args:  # attribution games: a small budget (the recipes' budgets are for the real runs)
+        overrides += ["--model.init_args.budget=40", "--model.init_args.n_holdout=16"]
+    if "max_points" in model_args:
+        overrides += ["--model.init_args.max_points=2", "--model.init_args.seeds=1"]
     if data_args.get("source") == "secret-keeper":
         sizes = {"num_align": 20, "num_finetune": 20, "num_harmful": 10, "num_test": 4}
         overrides += [f"--data.init_args.{key}={value}" for key, value in sizes.items()]

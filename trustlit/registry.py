@@ -141,6 +141,12 @@ def _register_all() -> None:
                 "PlantedAssociationDataModule": "trustlit.data.planted",
             },
         },
+        "attribution": {
+            "analysis": {
+                "TabularShapley": "trustlit.attribution.explain",
+                "TokenInteractions": "trustlit.attribution.explain",
+            },
+        },
         "safety": {
             "method": {
                 "SFT": "trustlit.safety.baselines",

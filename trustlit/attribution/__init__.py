@@ -1,5 +1,5 @@
 """Attribution: value functions over player masks, the unified KernelSHAP family and exact Shapley values,
-ProxySPEX interactions.
+ProxySPEX interactions, the LASSO baseline, and the analysis modules that run them from recipes.
 
 Nothing heavy is imported until a name below is first used.
 """
@@ -12,5 +12,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "trustlit.attribution.value": ["TabularValue", "TokenValue", "ValueFunction", "CountingValue"],
         "trustlit.attribution.shapley": ["ShapleyResult", "exact_shapley", "kernel_shap", "unbiased_kernel_shap"],
         "trustlit.attribution.proxy_spex": ["InteractionResult", "proxyspex"],
+        "trustlit.attribution.linear": ["additive_faithfulness", "holdout_masks", "lasso_attribution"],
+        "trustlit.attribution.explain": ["TabularShapley", "TokenInteractions"],
     },
 )

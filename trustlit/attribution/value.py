@@ -15,7 +15,7 @@ Notes: docs/methods/kernel_shap.md
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -137,7 +137,9 @@ class TokenValue:
 
     The context is tokenized once; each token belongs to the player whose character span it overlaps (tokens
     outside every player, e.g. whitespace between words, stay in all coalitions). The target is tokenized alone
-    and appended; a BOS token, if the tokenizer has one, starts every input.
+    and appended. Every input starts with ``prefix_ids`` (default: the BOS token, if the tokenizer has one) and
+    has ``suffix_ids`` between the context and the target: a prompt template's parts, present in every coalition
+    (``trustlit.interpret.tracing.prompt_parts`` splits a chat or plain QA template so).
     """
 
     def __init__(
@@ -149,6 +151,8 @@ class TokenValue:
         mode: Literal["remove", "pad"] = "remove",
         players: Literal["words", "sentences", "tokens"] = "words",
         batch_size: int = 16,
+        prefix_ids: Sequence[int] | None = None,
+        suffix_ids: Sequence[int] = (),
     ) -> None:
         if mode not in ("remove", "pad"):
             raise ValueError(f"mode={mode!r}: valid are 'remove', 'pad'")
@@ -173,10 +177,13 @@ class TokenValue:
         self.n_players = len(self.player_texts)
         if self.n_players == 0:
             raise ValueError(f"context={context!r} has no {players}: TokenValue needs at least one player")
-        self.prefix = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+        if prefix_ids is None:
+            prefix_ids = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+        self.prefix = torch.tensor(list(prefix_ids), dtype=torch.long)
+        self.suffix = torch.tensor(list(suffix_ids), dtype=torch.long)
 
     def sequence(self, mask: torch.Tensor) -> torch.Tensor:
-        """The input ids for one coalition: BOS, the masked context, the target."""
+        """The input ids for one coalition: the prefix, the masked context, the suffix, the target."""
         present = (self.owner < 0) | mask[self.owner.clamp(min=0)]
         if self.mode == "remove":
             context = self.context_ids[present]
@@ -184,7 +191,7 @@ class TokenValue:
             context = torch.where(
                 present, self.context_ids, torch.full_like(self.context_ids, self.tokenizer.pad_token_id)
             )
-        return torch.cat([torch.tensor(self.prefix, dtype=torch.long), context, self.target_ids])
+        return torch.cat([self.prefix, context, self.suffix, self.target_ids])
 
     def __call__(self, masks: torch.Tensor) -> torch.Tensor:
         masks = check_masks(torch.as_tensor(masks), self.n_players).cpu()
