@@ -419,7 +419,7 @@ class TokenInteractions(AnalysisModule):
             )
         if n_holdout < 2:
             raise ValueError(f"TokenInteractions: n_holdout={n_holdout} is invalid, expected at least 2 masks for R^2")
-        lm = CausalLMSpec(**lm) if isinstance(lm, dict) else (lm or CausalLMSpec())
+        lm = CausalLMSpec.coerce(lm)
         self.save_hyperparameters()
         plain_numbers(self.hparams)
         self.hparams["lm"] = asdict(lm)

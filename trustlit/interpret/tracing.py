@@ -524,7 +524,7 @@ class SubsequenceTracing(AnalysisModule):
             raise ValueError(
                 "SubsequenceTracing: target='greedy' needs target_tokens (how many answer tokens to trace)"
             )
-        lm = CausalLMSpec(**lm) if isinstance(lm, dict) else (lm or CausalLMSpec())
+        lm = CausalLMSpec.coerce(lm)
         self.save_hyperparameters()
         plain_numbers(self.hparams)
         self.hparams["lm"] = asdict(lm)

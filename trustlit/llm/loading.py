@@ -302,3 +302,8 @@ class CausalLMSpec:
 
     def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         return load_causal_lm(self.name_or_path, self.gguf_file, self.dtype, self.lora, self.tiny)
+
+    @classmethod
+    def coerce(cls, lm: CausalLMSpec | dict[str, Any] | None) -> CausalLMSpec:
+        """``lm`` as a spec: a recipe's mapping, a spec, or None (the default tiny model)."""
+        return cls(**lm) if isinstance(lm, dict) else (lm or cls())

@@ -86,7 +86,7 @@ class CausalLMModule(L.LightningModule):
         check_arguments(CausalLMModule.__init__, locals())
         if lr_schedule not in ("constant", "linear", "cosine"):
             raise ValueError(f"lr_schedule must be 'constant', 'linear' or 'cosine', got '{lr_schedule}'")
-        lm = CausalLMSpec(**lm) if isinstance(lm, dict) else (lm or CausalLMSpec())
+        lm = CausalLMSpec.coerce(lm)
         self.save_hyperparameters()
         plain_numbers(self.hparams)
         self.hparams["lm"] = asdict(lm)  # plain data in hparams.yaml and in checkpoints
