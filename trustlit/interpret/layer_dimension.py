@@ -43,6 +43,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 
 from trustlit.analysis import gather_rows
+from trustlit.figures import new_figure, save_png, wandb_loggers
 from trustlit.hparams import NonNegativeInt, OpenUnitInterval, PositiveInt, check_arguments
 from trustlit.interpret.intrinsic_dimension import ESTIMATORS, gride, mle, twonn
 from trustlit.interpret.probes import probe_accuracy
@@ -377,12 +378,7 @@ def json_ready(results: Mapping[str, Any]) -> dict[str, Any]:
 
 def save_plot(results: Mapping[str, Any], path: Path, title: str) -> None:
     """ID against layer, one line per estimator; probe accuracy (and the model's accuracy) on a second axis."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(7, 4))
+    figure, axis = new_figure(figsize=(7, 4))
     layers = results["layers"]
     for name, per_layer in results["id"].items():
         axis.plot(layers, [per_layer[layer] for layer in layers], marker="o", markersize=3, label=f"ID ({name})")
@@ -405,17 +401,12 @@ def save_plot(results: Mapping[str, Any], path: Path, title: str) -> None:
         second.legend(loc="upper right", fontsize=8)
     axis.legend(loc="upper left", fontsize=8)
     axis.set_title(f"Intrinsic dimension per layer ({results['site']}, N = {results['num_samples']}; {title})")
-    figure.tight_layout()
-    with atomic_path(path) as temporary:
-        figure.savefig(temporary, format="png", dpi=120)
-    plt.close(figure)
+    save_png(figure, path)
 
 
 def log_wandb(trainer: L.Trainer, results: Mapping[str, Any], stage: str) -> None:
     """A ``wandb.Table`` of :func:`result_rows` and a line plot of ID per layer, for every ``WandbLogger``."""
-    from lightning.pytorch.loggers import WandbLogger
-
-    loggers = [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
+    loggers = wandb_loggers(trainer)
     if not loggers:
         return
     import wandb
