@@ -34,6 +34,7 @@ Notes: docs/methods/contimask.md
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from pathlib import Path
@@ -41,6 +42,7 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.data import AttributeDict
 from torch import nn
 
 from trustlit.attribution.perturbations import (
@@ -216,7 +218,7 @@ class Contimask(L.LightningModule):
         self.hparams.optimizer = optimizer
         plain_numbers(self.hparams)
         self.automatic_optimization = False
-        self.black_box = black_box
+        self.black_box = repair_hyperparameters(black_box)
         if black_box_checkpoint is not None:
             load_black_box(black_box, black_box_checkpoint)
         self.black_box.requires_grad_(False)
@@ -342,16 +344,18 @@ class Contimask(L.LightningModule):
         self.pgpe_history.append({"instance": instance, "area": area, "generations": generations, "best": best})
         return searcher.status["pop_best"].values.clone()
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+    def fit_masks(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, Layers]:
+        """Fit the masks of one batch of instances: (logits at the observations [B, L], final loss [B], the
+        networks' layers). :meth:`saliency_of` turns the logits into the saliency."""
         times, channels, values, observed = (batch[k] for k in ("times", "channels", "values", "observed"))
         check_observations(times, channels, values, observed)
         width = self.hparams.n_channels or int(channels[observed].max()) + 1
         if int(channels[observed].max()) >= width:
-            raise ValueError(
-                f"channels: index {int(channels[observed].max())} is invalid, expected < n_channels={width}"
-            )
-        self.generator = torch.Generator(device=times.device).manual_seed(self.hparams.seed + batch_idx)
-        torch.manual_seed(self.hparams.seed + batch_idx)
+            largest = int(channels[observed].max())
+            raise ValueError(f"channels: index {largest} is invalid, expected < n_channels={width}")
+        seed = self.hparams.seed + int(batch["index"][0]) if "index" in batch else self.hparams.seed
+        self.generator = torch.Generator(device=times.device).manual_seed(seed)
+        torch.manual_seed(seed)
         parts = {"times": times, "channels": channels, "values": values, "observed": observed}
         if self.hparams.perturbation == "fade":
             parts["average"] = channel_average(times, channels, values, observed, self.hparams.window)
@@ -364,8 +368,12 @@ class Contimask(L.LightningModule):
         with torch.no_grad():
             logits = mlp_logits(layers, fourier_features(times, self.hparams.n_frequencies))
             loss = self.losses(logits, parts, target, self.hparams.area)
-        self.log("train/loss", loss.mean(), batch_size=len(times))
-        self.record(batch, at_observations(logits, channels), loss, layers)
+        return at_observations(logits, channels), loss, layers
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        logits, loss, layers = self.fit_masks(batch)
+        self.log("train/loss", loss.mean(), batch_size=len(logits))
+        self.record(batch, logits, loss, layers)
 
     # --- results ------------------------------------------------------------------------------------------------
 
@@ -447,6 +455,18 @@ class Contimask(L.LightningModule):
 
     def configure_optimizers(self) -> None:
         return None  # each training_step builds and runs the optimiser of its own masks
+
+
+def repair_hyperparameters(black_box: nn.Module) -> nn.Module:
+    """Give a LightningModule black box built by LightningCLI its own hyperparameters back: the CLI's instantiator
+    hands every LightningModule it builds the ``model`` entry of the config (Lightning-AI/pytorch-lightning#13181
+    is the same leak without the CLI), so the black box receives Contimask's, whose ``black_box.init_args`` are its
+    own."""
+    leaked = getattr(black_box, "hparams", {}).get("black_box") if isinstance(black_box, L.LightningModule) else None
+    if isinstance(leaked, dict) and "init_args" in leaked:
+        black_box._hparams = AttributeDict(copy.deepcopy(leaked["init_args"]))
+        black_box._hparams_initial = copy.deepcopy(black_box._hparams)
+    return black_box
 
 
 def load_black_box(black_box: nn.Module, checkpoint: str) -> None:
