@@ -230,7 +230,8 @@ def tofu_contexts(count: int) -> list[dict[str, str]]:
 
 
 def greedy_answer(model, tokenizer, prompt: str, max_new_tokens: int = 12) -> str:
-    """The model's greedy continuation of BOS + prompt (as TokenValue builds the input), up to the first newline."""
+    """The model's greedy continuation of BOS + prompt (as TokenValue builds the input): its leading whitespace and
+    first line of text."""
     import torch
 
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -238,7 +239,8 @@ def greedy_answer(model, tokenizer, prompt: str, max_new_tokens: int = 12) -> st
     with torch.no_grad():
         out = model.generate(torch.tensor([prefix + ids]), max_new_tokens=max_new_tokens, do_sample=False)
     text = tokenizer.decode(out[0, len(prefix) + len(ids) :], skip_special_tokens=True)
-    return text.split("\n")[0].rstrip() or text
+    lead = len(text) - len(text.lstrip())  # the model's own leading whitespace stays part of its answer
+    return text[:lead] + text[lead:].split("\n")[0].rstrip()
 
 
 def attribution_proxyspex_smollm2(args: argparse.Namespace) -> str:
@@ -247,7 +249,9 @@ def attribution_proxyspex_smollm2(args: argparse.Namespace) -> str:
     from trustlit.attribution import TokenValue
     from trustlit.llm.loading import load_causal_lm
 
-    root = Path(args.workdir) / ("proxyspex_quick" if args.quick else "proxyspex")
+    # one cache for quick and full runs: it holds game values by mask, and a quick run's masks are the first ones of a
+    # full run's (nested training draws, nested with-replacement KernelSHAP draws, held-out masks a prefix)
+    root = Path(args.workdir) / "proxyspex"
     budgets = (250, 500) if args.quick else LLM_BUDGETS
     count, n_holdout = (1, 300) if args.quick else (args.llm_contexts, args.llm_holdout)
     loaded: dict[str, Any] = {}
