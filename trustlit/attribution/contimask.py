@@ -52,7 +52,7 @@ from trustlit.attribution.perturbations import (
     gaussian_blur,
     hard_concrete_keep,
 )
-from trustlit.attribution.saliency import saliency_metrics
+from trustlit.attribution.saliency import explained_output, saliency_metrics
 from trustlit.data.timeseries import check_observations
 from trustlit.hparams import (
     NonNegativeFloat,
@@ -236,8 +236,7 @@ class Contimask(L.LightningModule):
 
     def f(self, times: torch.Tensor, channels: torch.Tensor, values: torch.Tensor, observed: torch.Tensor):
         """The explained output: class probabilities or logits [N, C]."""
-        logits = self.black_box(times, channels, values, observed)
-        return logits.softmax(-1) if self.hparams.output == "probabilities" else logits
+        return explained_output(self.black_box(times, channels, values, observed), self.hparams.output)
 
     # --- the loss ---------------------------------------------------------------------------------------------
 
@@ -326,6 +325,7 @@ class Contimask(L.LightningModule):
         features = fourier_features(one["times"], self.hparams.n_frequencies)
 
         def fitness(solutions: torch.Tensor) -> torch.Tensor:
+            solutions = solutions.as_subclass(torch.Tensor)  # evotorch's ReadOnlyTensor would spread to the inputs
             logits = mlp_logits(network.unflatten(solutions), features.expand(len(solutions), *features.shape[1:]))
             return self.losses(logits.unsqueeze(1), one, target, area).squeeze(1)
 

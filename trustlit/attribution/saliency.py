@@ -16,7 +16,8 @@ Baselines (each returns a per-observation saliency [B, L] in [0, 1], 0 at paddin
   Captum's default); saliency |IG| divided by its largest value per instance.
 - :func:`occlusion`: Captum's FeatureAblation with one feature per observation: the drop of f when that
   observation alone is deleted (``observed=False``: "never made"); saliency |drop| over its largest value.
-  Both explain the probability of the class the black box predicts for x.
+  Both explain the probability (``output="probabilities"``) or the logit (``"logits"``: a one-column score) of the
+  class the black box predicts for x; so do Dynamask's error and the removal curves.
 
 Metrics against a ground-truth saliency (Dynamask's AUP / AUR: area under precision and recall as a function of
 the threshold tau in [0, 1] on the saliency, precision(tau) = |S_tau and T| / |S_tau|, recall(tau) =
@@ -33,6 +34,7 @@ Notes: docs/methods/contimask.md
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -40,6 +42,7 @@ import torch
 from trustlit.attribution.perturbations import channel_average, delete, fade, gaussian_blur
 from trustlit.data.timeseries import check_observations
 
+Output = Literal["probabilities", "logits"]
 BlackBox = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # -> logits [B, C]
 ERASER_BINS = (0.01, 0.05, 0.1, 0.2, 0.5)
 
@@ -103,11 +106,22 @@ def saliency_metrics(scores: Sequence[torch.Tensor], truths: Sequence[torch.Tens
 # --- removal curves -------------------------------------------------------------------------------------------
 
 
-def predicted_probability(black_box: BlackBox, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the class the black box predicts for each instance [B], its probability [B])."""
+def explained_output(logits: torch.Tensor, output: Output) -> torch.Tensor:
+    """What is explained, from the black box's logits [B, C]: class ``probabilities`` (softmax) or the ``logits``
+    themselves (a one-column score: a regression such as the released white boxes)."""
+    if output not in ("probabilities", "logits"):
+        raise ValueError(f"output={output!r} is invalid, expected 'probabilities' or 'logits'")
+    return logits.softmax(-1) if output == "probabilities" else logits
+
+
+def predicted_output(
+    black_box: BlackBox, batch: dict[str, torch.Tensor], output: Output = "probabilities"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the class the black box predicts for each instance [B], its explained output [B])."""
     with torch.no_grad():
-        probabilities = black_box(batch["times"], batch["channels"], batch["values"], batch["observed"]).softmax(-1)
-    return probabilities.argmax(-1), probabilities.max(-1).values
+        logits = black_box(batch["times"], batch["channels"], batch["values"], batch["observed"])
+    label = logits.argmax(-1)
+    return label, explained_output(logits, output).gather(-1, label.unsqueeze(-1)).squeeze(-1)
 
 
 def top_fraction(scores: torch.Tensor, observed: torch.Tensor, fraction: float) -> torch.Tensor:
@@ -125,6 +139,7 @@ def removal_curves(
     batch: dict[str, torch.Tensor],
     scores: torch.Tensor,
     fractions: Sequence[float] = ERASER_BINS,
+    output: Output = "probabilities",
 ) -> dict[str, torch.Tensor]:
     """Probability of the originally predicted class after deleting (``deletion`` [B, Q]) or keeping only
     (``insertion`` [B, Q]) the top fraction q of each row's observations by ``scores`` [B, L]; ``full`` [B] is
@@ -135,15 +150,15 @@ def removal_curves(
         raise ValueError(f"scores: shape {tuple(scores.shape)} is invalid, expected times' {tuple(times.shape)}")
     if any(not 0 <= q <= 1 for q in fractions):
         raise ValueError(f"fractions={list(fractions)!r} is invalid, expected numbers in [0, 1]")
-    label, full = predicted_probability(black_box, batch)
+    label, full = predicted_output(black_box, batch, output)
     curves: dict[str, list[torch.Tensor]] = {"deletion": [], "insertion": []}
     with torch.no_grad():
         for q in fractions:
             top = top_fraction(scores, observed, q)
             for name, keep in (("deletion", ~top), ("insertion", top)):
                 kept_values, kept = delete(values, observed, keep)
-                probabilities = black_box(times, channels, kept_values, kept).softmax(-1)
-                curves[name].append(probabilities.gather(-1, label.unsqueeze(-1)).squeeze(-1))
+                explained = explained_output(black_box(times, channels, kept_values, kept), output)
+                curves[name].append(explained.gather(-1, label.unsqueeze(-1)).squeeze(-1))
     return {"full": full, **{name: torch.stack(parts, dim=-1) for name, parts in curves.items()}}
 
 
@@ -172,16 +187,19 @@ def _normalised(attribution: torch.Tensor, observed: torch.Tensor) -> torch.Tens
     return magnitude / magnitude.amax(-1, keepdim=True).clamp_min(1e-12)
 
 
-def integrated_gradients(black_box: BlackBox, batch: dict[str, torch.Tensor], n_steps: int = 50) -> torch.Tensor:
+def integrated_gradients(
+    black_box: BlackBox, batch: dict[str, torch.Tensor], n_steps: int = 50, output: Output = "probabilities"
+) -> torch.Tensor:
     """Captum's Integrated Gradients of the predicted class's probability with respect to the observed values,
     baseline 0; saliency [B, L] (see the module docstring)."""
     from captum.attr import IntegratedGradients
 
     times, channels, values, observed = _unpack(batch)
-    label, _ = predicted_probability(black_box, batch)
+    label, _ = predicted_output(black_box, batch, output)
 
     def probability(values: torch.Tensor, times, channels, observed) -> torch.Tensor:
-        return black_box(times, channels, values * observed, observed).softmax(-1)
+        explained = explained_output(black_box(times, channels, values * observed, observed), output)
+        return explained + 0 * values.sum(-1, keepdim=True)  # a graph even when f ignores the values (IG = 0)
 
     attribution = IntegratedGradients(probability).attribute(
         values, baselines=torch.zeros_like(values), target=label, n_steps=n_steps,
@@ -190,20 +208,22 @@ def integrated_gradients(black_box: BlackBox, batch: dict[str, torch.Tensor], n_
     return _normalised(attribution.detach(), observed)
 
 
-def occlusion(black_box: BlackBox, batch: dict[str, torch.Tensor], per_eval: int = 32) -> torch.Tensor:
+def occlusion(
+    black_box: BlackBox, batch: dict[str, torch.Tensor], per_eval: int = 32, output: Output = "probabilities"
+) -> torch.Tensor:
     """Captum's FeatureAblation over one 'keep' input per observation (1 = made, ablated to 0 = never made):
     the drop of the predicted class's probability; saliency [B, L]. ``per_eval`` ablations share a forward."""
     from captum.attr import FeatureAblation
 
     times, channels, values, observed = _unpack(batch)
-    label, _ = predicted_probability(black_box, batch)
+    label, _ = predicted_output(black_box, batch, output)
 
     def repeats(tensor: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:  # Captum stacks per_eval ablations
         return tensor.repeat(len(keep) // len(tensor), 1)
 
     def probability(keep: torch.Tensor) -> torch.Tensor:
         kept_values, kept = delete(repeats(values, keep), repeats(observed, keep), keep > 0.5)
-        return black_box(repeats(times, keep), repeats(channels, keep), kept_values, kept).softmax(-1)
+        return explained_output(black_box(repeats(times, keep), repeats(channels, keep), kept_values, kept), output)
 
     with torch.no_grad():
         attribution = FeatureAblation(probability).attribute(
@@ -234,6 +254,7 @@ def dynamask_grid(
     time_reg: float = 0.0,
     lr: float = 0.1,
     momentum: float = 0.9,
+    output: Output = "probabilities",
 ) -> torch.Tensor:
     """Dynamask's preservation mask on G = ``n_bins`` time bins x F channels, mapped to observations; the
     saliency [B, L] is each observation's cell value (see the module docstring for the loss and the defaults)."""
@@ -247,7 +268,7 @@ def dynamask_grid(
     width = n_channels or int(channels[observed].max()) + 1
     cell = time_bins(times, observed, n_bins) * width + channels.clamp(0, width - 1)
     with torch.no_grad():
-        target = black_box(times, channels, values, observed).softmax(-1)
+        target = explained_output(black_box(times, channels, values, observed), output)
     average = channel_average(times, channels, values, observed) if perturbation == "fade" else None
     span = torch.where(observed, times, torch.full_like(times, -torch.inf)).amax(-1, keepdim=True) - torch.where(
         observed, times, torch.full_like(times, torch.inf)
@@ -265,7 +286,7 @@ def dynamask_grid(
             perturbed = _blur_per_row(times, channels, values, observed, mask, sigma_max)
         else:
             perturbed = fade(values, observed, mask, average)
-        error = ((black_box(times, channels, perturbed, observed).softmax(-1) - target) ** 2).mean(-1)
+        error = ((explained_output(black_box(times, channels, perturbed, observed), output) - target) ** 2).mean(-1)
         size = ((grid.sort(-1).values - reference) ** 2).mean(-1)
         steps = grid.view(len(times), n_bins, width)
         variation = (steps[:, 1:] - steps[:, :-1]).abs().mean((-1, -2))
