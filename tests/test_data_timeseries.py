@@ -22,15 +22,6 @@ from trustlit.data.timeseries import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: these small models lose more to thread contention than they gain."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_full_grid_rare_feature_matches_the_released_definition():
     """observe_prob=1 is the released grid: T*F observations, a contiguous block of S channels salient on the
     open window (0.25, 0.75) (50 of the 100 grid times), block starts 0..F-S-1."""

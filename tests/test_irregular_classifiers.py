@@ -140,7 +140,7 @@ def test_rare_feature_oracle_is_the_released_white_box_and_its_truth_is_the_gene
 
 
 def test_bad_hyperparameters_are_refused_in_one_line():
-    with pytest.raises(ValueError, match="embed_time=10 invalid, expected a multiple of num_heads=4"):
+    with pytest.raises(ValueError, match="embed_time=10 is invalid, expected a multiple of num_heads=4"):
         MTANClassifier(embed_time=10, num_heads=4)
     with pytest.raises(ValueError, match="d_model=10 is invalid"):
         ObservationTransformer(d_model=10, num_heads=4)

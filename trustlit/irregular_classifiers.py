@@ -76,6 +76,15 @@ class IrregularClassifier(L.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
 
 
+def check_widths(model: nn.Module, name: str, width: int, num_heads: int, num_classes: int) -> None:
+    """Refuse an attention width that ``num_heads`` does not divide (or below 2) and fewer than two classes."""
+    owner = type(model).__name__
+    if width % num_heads or width < 2:
+        raise ValueError(f"{owner}: {name}={width} is invalid, expected a multiple of num_heads={num_heads}, >= 2")
+    if num_classes < 2:
+        raise ValueError(f"{owner}: num_classes={num_classes} is invalid, expected an integer >= 2")
+
+
 def channel_attention(
     scores: torch.Tensor, channels: torch.Tensor, values: torch.Tensor, observed: torch.Tensor, num_channels: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,12 +133,7 @@ class MTANClassifier(IrregularClassifier):
     ) -> None:
         super().__init__()
         check_arguments(MTANClassifier.__init__, locals())
-        if embed_time % num_heads or embed_time < 2:
-            raise ValueError(
-                f"MTANClassifier: embed_time={embed_time} invalid, expected a multiple of num_heads={num_heads} (>= 2)"
-            )
-        if num_classes < 2:
-            raise ValueError(f"MTANClassifier: num_classes={num_classes} is invalid, expected an integer >= 2")
+        check_widths(self, "embed_time", embed_time, num_heads, num_classes)
         self.save_hyperparameters()
         plain_numbers(self.hparams)
         self.register_buffer("reference_points", torch.linspace(0, 1, num_reference_points), persistent=False)
@@ -187,12 +191,7 @@ class ObservationTransformer(IrregularClassifier):
     ) -> None:
         super().__init__()
         check_arguments(ObservationTransformer.__init__, locals())
-        if d_model % num_heads or d_model < 2:
-            raise ValueError(
-                f"ObservationTransformer: d_model={d_model} is invalid, expected a multiple of num_heads={num_heads}"
-            )
-        if num_classes < 2:
-            raise ValueError(f"ObservationTransformer: num_classes={num_classes} is invalid, expected an integer >= 2")
+        check_widths(self, "d_model", d_model, num_heads, num_classes)
         self.save_hyperparameters()
         plain_numbers(self.hparams)
         self.time_embedding = LearnedTimeEmbedding(d_model)

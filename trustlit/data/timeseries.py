@@ -23,8 +23,8 @@ Sources:
   Here, to train black boxes, each cell (t_k, c) is observed independently with probability p
   (``observe_prob``: irregular, channel-wise sampling; the released grid is p = 1) and a label y ~ Bernoulli(1/2)
   shifts the salient values: x = sigma * eps + delta * y on salient cells, x = sigma * eps elsewhere
-  (``noise_std`` sigma, ``shift`` delta). Only salient observations carry the label, so they are the
-  ground-truth ``saliency``.
+  (``noise_std`` sigma: 1 by default, the released 3 is ``noise_std=3``; ``shift`` delta). Only salient
+  observations carry the label, so they are the ground-truth ``saliency``.
 - ``rare_feature_missingness`` (informative missingness, the released ``rare_feature_temp.py`` setting whose
   white box counts the observed salient cells): every value is sigma * eps whatever the label; salient cells are
   observed with probability p + Delta if y = 1 and p - Delta if y = 0 (``missingness_gap`` Delta), every other
@@ -53,7 +53,14 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, Dataset
 
 from trustlit.data.samplers import EpochSeededSampler, ResumableDataLoader
-from trustlit.hparams import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveInt, check_arguments
+from trustlit.hparams import (
+    ClosedUnitInterval,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    check_arguments,
+    plain_numbers,
+)
 
 Source = Literal["rare_feature", "rare_feature_missingness", "pbcseq"]
 SOURCES = ("rare_feature", "rare_feature_missingness", "pbcseq")
@@ -320,6 +327,7 @@ class IrregularTimeSeriesDataModule(L.LightningDataModule):
                 "must lie in [0, 1) and (0, 1) and sum to less than 1"
             )
         self.save_hyperparameters()
+        plain_numbers(self.hparams)
         self.splits: dict[str, ObservationDataset] = {}
 
     @property
