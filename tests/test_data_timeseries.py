@@ -37,6 +37,8 @@ def test_full_grid_rare_feature_matches_the_released_definition():
         in_block = (sample.channels >= start) & (sample.channels < start + 5)
         expected = in_block & (sample.times > 0.25) & (sample.times < 0.75)
         assert torch.equal(sample.saliency, expected) and int(sample.saliency.sum()) == 5 * 50
+    coarse = rare_feature_observations(3, num_times=5, num_channels=4, num_salient=2, observe_prob=1.0)
+    assert all(s.times[s.saliency].unique().tolist() == [0.5] for s in coarse), "t = 0.25, 0.75 lie outside"
     starts = {int(s.channels[s.saliency].min()) for s in rare_feature_observations(300, 8, 8, 2, 1.0)}
     assert starts == set(range(8 - 2)), "the released torch.randint(0, F - S) never starts the block at F - S"
 
