@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -260,3 +261,34 @@ def test_bad_batches():
         fade(batch["values"], batch["observed"], torch.full_like(batch["values"], 2.0), batch["values"])
     with pytest.raises(ValueError, match="keep: dtype"):
         delete(batch["values"], batch["observed"], torch.ones_like(batch["values"]))
+
+
+def test_recipe_black_box_keeps_its_own_hyperparameters_under_the_cli(tmp_path):
+    """LightningCLI hands a nested LightningModule the outer model's hyperparameters; Contimask restores the black
+    box's (mTAN's forward reads them), and the fit writes the results."""
+    from trustlit.cli import run_cli
+
+    recipe = Path(__file__).parents[1] / "recipes" / "attribution" / "contimask_rare_feature.yaml"
+    tiny = {"num_samples": 20, "num_times": 10, "num_channels": 8, "num_salient": 2, "batch_size": 2}
+    cli = run_cli(["fit", "-c", str(recipe), "--trainer.fast_dev_run=true", f"--trainer.default_root_dir={tmp_path}",
+                   "--model.init_args.steps=2", "--model.init_args.n_channels=8",
+                   "--model.init_args.black_box.init_args.num_channels=8",
+                   *(f"--data.init_args.{key}={value}" for key, value in tiny.items())])  # fmt: skip
+    box = cli.model.black_box
+    assert box.hparams.num_channels == 8 and box.hparams.num_reference_points == 32
+    assert "perturbation" not in box.hparams
+    assert len(json.loads((tmp_path / "contimask.json").read_text())["instances"]) == 2
+
+
+def test_only_deletion_reveals_informative_missingness():
+    """The released count white box (how many salient observations exist) ignores the values: blur and fade cannot
+    change it, so their masks carry no signal; deletion finds the counted observations."""
+    from trustlit.irregular_classifiers import RareFeatureOracle
+
+    box = RareFeatureOracle(salient_channels=[CHANNEL], window=WINDOW, mode="count")
+    batch = make_batch()
+    fade_mask = explain(Contimask(box, perturbation="fade", n_channels=4, steps=100), batch)
+    deletion = explain(Contimask(box, perturbation="deletion", n_channels=4, generations=30, popsize=20), batch)
+    fade_in, fade_out = concentration(fade_mask)
+    deletion_in, deletion_out = concentration(deletion)
+    assert abs(fade_in - fade_out) < 0.05 and deletion_in > 0.3 and deletion_out < 0.05
