@@ -170,13 +170,14 @@ def concentration(module: Contimask) -> tuple[float, float]:
 @pytest.mark.parametrize(
     ("perturbation", "budget"),
     [("blur", {"steps": 150}), ("fade", {"steps": 150}),
-     ("deletion", {"generations": 30, "popsize": 20, "samples": 4})],
+     ("deletion", {"generations": 30, "popsize": 20, "samples": 4}),
+     ("fade", {"optimizer": "pgpe", "generations": 100, "popsize": 20})],
 )  # fmt: skip
 def test_mask_concentrates_on_the_window(perturbation, budget):
     module = explain(Contimask(Window(), perturbation=perturbation, n_channels=4, **budget), make_batch())
     inside, outside = concentration(module)
     assert inside > 0.3 and outside < 0.05, (inside, outside)
-    assert module.hparams.optimizer == ("pgpe" if perturbation == "deletion" else "adam")
+    assert module.hparams.optimizer == budget.get("optimizer", "pgpe" if perturbation == "deletion" else "adam")
 
 
 def test_deletion_perturbation_removes_observations_the_black_box_sees():

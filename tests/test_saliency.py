@@ -82,10 +82,12 @@ def test_gradient_and_occlusion_are_zero_outside_what_the_black_box_reads(method
     assert saliency[batch["saliency"]].max() == pytest.approx(1.0)
 
 
-def test_dynamask_grid_concentrates_on_the_window():
+@pytest.mark.parametrize("perturbation", ["blur", "fade"])
+def test_dynamask_grid_concentrates_on_the_window(perturbation):
     batch = make_batch()
     fraction = float(batch["saliency"].sum() / batch["observed"].sum())
-    saliency = dynamask_grid(Window(), batch, n_bins=10, n_channels=4, n_epochs=150, keep_ratio=max(fraction, 0.05))
+    saliency = dynamask_grid(Window(), batch, n_bins=10, n_channels=4, perturbation=perturbation, n_epochs=150,
+                             keep_ratio=max(fraction, 0.05))  # fmt: skip
     inside, outside = saliency[batch["saliency"]].mean(), saliency[batch["observed"] & ~batch["saliency"]].mean()
     assert inside > 0.5 and outside < 0.1, (float(inside), float(outside))
 
