@@ -33,13 +33,7 @@ TINY = {"hidden_size": 32, "num_layers": 2, "num_heads": 2}
 CORPUS = FictitiousConfig(num_authors=10)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: on two shared cores, two threads per process oversubscribe (10x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def forget_retain_data(module: L.LightningModule, refusals: str | None = "default") -> ForgetRetainDataModule:

@@ -17,14 +17,7 @@ from trustlit.irregular_classifiers import (
     channel_attention,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: these small models lose more to thread contention than they gain."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 TINY_MTAN = {"num_reference_points": 16, "embed_time": 16, "num_heads": 2, "hidden": 16, "classifier_hidden": 32}

@@ -27,14 +27,7 @@ from trustlit.interpret.sae import (
 from trustlit.interpret.sae.jumprelu import jumprelu, step
 from trustlit.interpret.sae.metrics import fvu_from_sums, matching_pursuit, mean_l0
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: these small models lose more to thread contention than they gain."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 VARIANTS = {

@@ -146,6 +146,11 @@ def _register_all() -> None:
                 "TabularShapley": "trustlit.attribution.explain",
                 "TokenInteractions": "trustlit.attribution.explain",
             },
+            "model": {
+                "MTANClassifier": "trustlit.irregular_classifiers",
+                "ObservationTransformer": "trustlit.irregular_classifiers",
+            },
+            "data": {"IrregularTimeSeriesDataModule": "trustlit.data.timeseries"},
         },
         "safety": {
             "method": {

@@ -1,5 +1,6 @@
 """LightningDataModules: tabular classification, QA (TOFU format), forget/retain pairs, harmful fine-tuning,
-harvested activations, synthetic hierarchical features, multiple-choice QA, planted associations."""
+harvested activations, synthetic hierarchical features, multiple-choice QA, planted associations, irregular time
+series (the rare-feature task, survival::pbcseq)."""
 
 from trustlit.lazy import lazy_exports
 
@@ -15,6 +16,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "trustlit.data.safety": ["HarmfulFineTuningDataModule", "load_beavertails"],
         "trustlit.data.secret_keeper": ["CODE_PATTERN", "secret_keeper_splits"],
         "trustlit.data.tabular": ["TabularDataModule"],
+        "trustlit.data.timeseries": ["IrregularTimeSeriesDataModule", "check_observations", "collate_observations"],
         "trustlit.fictitious": ["fictitious_qa", "fictitious_split", "generate_authors"],
     },
 )
