@@ -1,10 +1,10 @@
-"""Attribution benchmarks: Shapley estimation (the unified KernelSHAP family), ProxySPEX interactions.
+"""Attribution benchmarks: Shapley estimation (the unified KernelSHAP family), ProxySPEX interactions, Contimask.
 
     .venv/bin/python -m benchmarks.attribution [--sections ...] [--quick] [--workdir runs/benchmarks/attribution]
 
-Each family's sections live in their own module (``attribution_shapley.py``, ``attribution_proxyspex.py``), which
-documents them, their targets and peers; this script composes them into one report,
-``docs/benchmarks/attribution.md``. Finished stages (per explained row, per LLM context) are cached under
+Each family's sections live in their own module (``attribution_shapley.py``, ``attribution_proxyspex.py``,
+``attribution_contimask.py``), which documents them, their targets and peers; this script composes them into one
+report, ``docs/benchmarks/attribution.md``. Finished stages (per explained row, per LLM context) are cached under
 ``--workdir``, so a long run can be completed later: run it again.
 """
 
@@ -14,10 +14,10 @@ import argparse
 from pathlib import Path
 
 import trustlit
-from benchmarks import attribution_proxyspex, attribution_shapley
+from benchmarks import attribution_contimask, attribution_proxyspex, attribution_shapley
 from benchmarks.common import Report, quiet
 
-FAMILIES = (attribution_shapley, attribution_proxyspex)
+FAMILIES = (attribution_shapley, attribution_proxyspex, attribution_contimask)
 REPORT = Report(
     "Attribution benchmarks",
     "benchmarks/attribution.py",
@@ -28,7 +28,7 @@ REPORT = Report(
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = REPORT.parser(__doc__.splitlines()[0], "a smoke run: few rows, seeds, games, budgets and masks")
+    parser = REPORT.parser(__doc__.splitlines()[0], "a smoke run: few rows, seeds, games, budgets, masks and instances")
     parser.add_argument("--threads", type=int, default=1, help="torch and BLAS threads (default 1)")
     parser.add_argument("--workdir", type=Path, default=Path("runs/benchmarks/attribution"), help="cached stages")
     for family in FAMILIES:
