@@ -23,6 +23,7 @@ from trustlit.attribution.perturbations import (
     keep_probability,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")
 CHANNEL, WINDOW = 2, (0.3, 0.5)
 
 
@@ -39,15 +40,6 @@ class Window(nn.Module):
         inside = observed & (channels == CHANNEL) & (times > WINDOW[0]) & (times < WINDOW[1])
         score = self.weight * (values * inside).sum(-1)
         return torch.stack([torch.zeros_like(score), score], -1)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one thread is several times faster than two on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def make_batch(rows: int = 2, length: int = 40, channels: int = 4, seed: int = 0) -> dict[str, torch.Tensor]:

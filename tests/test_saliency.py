@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_contimask import Window, make_batch, one_thread  # noqa: F401 (the fixture applies here too)
+from test_contimask import Window, make_batch
 
 from trustlit.attribution.saliency import (
     aup,
@@ -20,6 +20,8 @@ from trustlit.attribution.saliency import (
     time_bins,
     top_fraction,
 )
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_aup_aur_closed_form():

@@ -89,7 +89,14 @@ class FourierMaskNetwork(nn.Module):
     ``MaskFunctionFourier``: gamma(t) -> Linear(2 n_frequencies, hidden) -> ReLU -> Linear(hidden, hidden) -> ReLU
     -> Linear(hidden, n_channels), initialised as ``nn.Linear`` is (U(+-1/sqrt(fan_in)) weights and biases)."""
 
-    def __init__(self, n_masks: int, n_channels: int, hidden_dim: int = 16, n_frequencies: int = 24) -> None:
+    def __init__(
+        self,
+        n_masks: int,
+        n_channels: int,
+        hidden_dim: int = 16,
+        n_frequencies: int = 24,
+        generator: torch.Generator | None = None,
+    ) -> None:
         super().__init__()
         self.n_frequencies = n_frequencies
         widths = [2 * n_frequencies, hidden_dim, hidden_dim, n_channels]
@@ -97,8 +104,9 @@ class FourierMaskNetwork(nn.Module):
         self.biases = nn.ParameterList()
         for fan_in, fan_out in itertools.pairwise(widths):
             bound = 1 / math.sqrt(fan_in)
-            self.weights.append(nn.Parameter(torch.empty(n_masks, fan_in, fan_out).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(n_masks, fan_out).uniform_(-bound, bound)))
+            weight = torch.empty(n_masks, fan_in, fan_out).uniform_(-bound, bound, generator=generator)
+            self.weights.append(nn.Parameter(weight))
+            self.biases.append(nn.Parameter(torch.empty(n_masks, fan_out).uniform_(-bound, bound, generator=generator)))
 
     def layers(self) -> Layers:
         return list(zip(self.weights, self.biases, strict=True))
@@ -355,12 +363,11 @@ class Contimask(L.LightningModule):
             raise ValueError(f"channels: index {largest} is invalid, expected < n_channels={width}")
         seed = self.hparams.seed + int(batch["index"][0]) if "index" in batch else self.hparams.seed
         self.generator = torch.Generator(device=times.device).manual_seed(seed)
-        torch.manual_seed(seed)
         parts = {"times": times, "channels": channels, "values": values, "observed": observed}
         if self.hparams.perturbation == "fade":
             parts["average"] = channel_average(times, channels, values, observed, self.hparams.window)
-        network = FourierMaskNetwork(len(times), width, self.hparams.hidden_dim, self.hparams.n_frequencies)
-        network = network.to(times.device)
+        sizes = (len(times), width, self.hparams.hidden_dim, self.hparams.n_frequencies)
+        network = FourierMaskNetwork(*sizes, generator=torch.Generator().manual_seed(seed)).to(times.device)
         with torch.no_grad():
             target = self.f(times, channels, values, observed)
         fit = self.fit_adam if self.hparams.optimizer == "adam" else self.fit_pgpe
