@@ -88,6 +88,23 @@ def test_blur_closed_form_and_channels_do_not_mix():
     assert blurred[0, 1:].tolist() == pytest.approx([100.0, 3.0, 0.0])  # kept, kept (other channel), padding
 
 
+def test_blur_and_average_match_the_definition_observation_by_observation():
+    batch = make_batch(rows=3, length=30, channels=5, seed=3)
+    times, channels, values, observed = (batch[k] for k in ("times", "channels", "values", "observed"))
+    mask = torch.rand(times.shape, generator=torch.Generator().manual_seed(0))
+    blurred = gaussian_blur(times, channels, values, observed, mask, sigma_max=0.3)
+    average = channel_average(times, channels, values, observed, window=0.4)
+    for n, i in observed.nonzero().tolist():
+        same = [j for j in range(times.shape[1]) if observed[n, j] and channels[n, j] == channels[n, i]]
+        sigma = 0.3 * (1 + 1e-7 - float(mask[n, i]))
+        weights = [math.exp(-((float(times[n, j] - times[n, i])) ** 2) / (2 * sigma**2)) for j in same]
+        expected = sum(w * float(values[n, j]) for w, j in zip(weights, same, strict=True)) / sum(weights)
+        assert float(blurred[n, i]) == pytest.approx(expected, rel=1e-4, abs=1e-5)
+        near = [float(values[n, j]) for j in same if abs(float(times[n, j] - times[n, i])) <= 0.2]
+        assert float(average[n, i]) == pytest.approx(sum(near) / len(near), rel=1e-5, abs=1e-6)
+    assert torch.equal(blurred[~observed], values[~observed])
+
+
 def test_blur_is_differentiable_in_the_mask():
     batch = make_batch()
     mask = torch.full_like(batch["values"], 0.5, requires_grad=True)

@@ -32,9 +32,32 @@ def check_mask(mask: torch.Tensor, times: torch.Tensor) -> None:
         raise ValueError("mask: values outside [0, 1]; pass probabilities (sigmoid of the logits)")
 
 
-def same_channel(channels: torch.Tensor, observed: torch.Tensor) -> torch.Tensor:
-    """[N, L, L] bool: entry (i, j) is True where observation j is real and has observation i's channel."""
-    return (channels.unsqueeze(-1) == channels.unsqueeze(-2)) & observed.unsqueeze(-2)
+def channel_slots(channels: torch.Tensor, observed: torch.Tensor) -> torch.Tensor:
+    """[N, F, S] int64: row n's observations of channel f in their order in the row (ascending time), padded with
+    L (one past the last position); S is the largest count of one channel in one row. Grouping by channel makes
+    the pairwise kernels cost sum_f n_f^2 instead of L^2."""
+    rows, length = channels.shape
+    width = int(channels[observed].max()) + 1 if observed.any() else 1
+    onehot = torch.nn.functional.one_hot(channels.clamp(0, width - 1), width) * observed.unsqueeze(-1)
+    rank = (onehot.cumsum(1) - 1).gather(-1, channels.clamp(0, width - 1).unsqueeze(-1)).squeeze(-1)
+    slots = max(int(onehot.sum(1).max()), 1)
+    target = torch.where(observed, channels.clamp(0, width - 1) * slots + rank, width * slots)  # spare last cell
+    flat = torch.full((rows, width * slots + 1), length, dtype=torch.long, device=channels.device)
+    positions = torch.arange(length, device=channels.device).expand(rows, length)
+    flat = flat.scatter(1, target, positions)
+    return flat[:, :-1].reshape(rows, width, slots)
+
+
+def grouped(tensor: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """[N, L] -> [N, F, S] by :func:`channel_slots` (0 in the empty slots)."""
+    padded = torch.cat([tensor, torch.zeros_like(tensor[:, :1])], dim=1)
+    return padded.gather(1, slots.flatten(1)).view(slots.shape)
+
+
+def ungrouped(tensor: torch.Tensor, slots: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """[N, F, S] -> [N, L] back to the observations' positions (``like`` where no slot points)."""
+    padded = torch.cat([like, torch.zeros_like(like[:, :1])], dim=1)
+    return padded.scatter(1, slots.flatten(1), tensor.flatten(1))[:, :-1]
 
 
 def gaussian_blur(
@@ -52,12 +75,15 @@ def gaussian_blur(
     check_mask(mask, times)
     if sigma_max <= 0:
         raise ValueError(f"sigma_max={sigma_max!r} is invalid, expected a number > 0")
-    sigma = sigma_max * ((1 + eps) - mask)
-    distance = (times.unsqueeze(-1) - times.unsqueeze(-2)) ** 2  # [N, i, j]
-    weights = torch.exp(-distance / (2 * sigma.unsqueeze(-1) ** 2)) * same_channel(channels, observed)
-    # w_ii = 1 for every observed i, so the normaliser is >= 1 there; the clamp only guards padding rows
-    blurred = (weights * values.unsqueeze(-2)).sum(-1) / weights.sum(-1).clamp_min(eps)
-    return torch.where(observed, blurred, values)
+    slots = channel_slots(channels, observed)
+    valid = slots < times.shape[1]
+    t, x = grouped(times, slots), grouped(values, slots)
+    sigma = sigma_max * ((1 + eps) - grouped(mask, slots))
+    distance = (t.unsqueeze(-1) - t.unsqueeze(-2)) ** 2  # [N, F, i, j]
+    weights = torch.exp(-distance / (2 * sigma.unsqueeze(-1) ** 2)) * valid.unsqueeze(-2)
+    # w_ii = 1 for every observed i, so the normaliser is >= 1 there; the clamp only guards empty slots
+    blurred = (weights * x.unsqueeze(-2)).sum(-1) / weights.sum(-1).clamp_min(eps)
+    return torch.where(observed, ungrouped(blurred, slots, values), values)
 
 
 def channel_average(
@@ -71,12 +97,15 @@ def channel_average(
     ``window`` is None, as released), [N, L]; 0 at padding. Independent of the mask: compute it once."""
     if window is not None and window <= 0:
         raise ValueError(f"window={window!r} is invalid, expected a number > 0 or None (the whole series)")
-    weights = same_channel(channels, observed)
+    slots = channel_slots(channels, observed)
+    valid = slots < times.shape[1]
+    t, x = grouped(times, slots), grouped(values, slots)
+    weights = valid.unsqueeze(-2).expand(*valid.shape, valid.shape[-1])
     if window is not None:
-        weights = weights & ((times.unsqueeze(-1) - times.unsqueeze(-2)).abs() <= window / 2)
+        weights = weights & ((t.unsqueeze(-1) - t.unsqueeze(-2)).abs() <= window / 2)
     weights = weights.to(values.dtype)
-    average = (weights * values.unsqueeze(-2)).sum(-1) / weights.sum(-1).clamp_min(1.0)
-    return torch.where(observed, average, torch.zeros_like(values))
+    average = (weights * x.unsqueeze(-2)).sum(-1) / weights.sum(-1).clamp_min(1.0)
+    return torch.where(observed, ungrouped(average, slots, values), torch.zeros_like(values))
 
 
 def fade(values: torch.Tensor, observed: torch.Tensor, mask: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
