@@ -17,8 +17,9 @@
 Each explained instance is cached per method under ``<workdir>/contimask[_quick]/`` (JSON), so a rerun resumes.
 Budgets: reduced from the released ones so that a run takes about a quarter of an hour on a 2-core CPU (Adam 2000
 steps instead of 16000; PGPE 300 generations of 50 solutions with 4 deletion draws instead of 2000 x 100 x 10;
-8 instances instead of 10): the ``--contimask-*`` flags restore them (hours on a CPU). ``--quick`` cuts them to a
-smoke run.
+6 instances instead of 10; 6 pbcseq patients, deletion taking ~50 s each with the transformer): the
+``--contimask-*`` flags restore them (hours on a CPU). ``--quick`` cuts them to a smoke run. The cache is keyed by
+the budget.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ SOURCES = {"rare_feature": "value", "rare_feature_missingness": "count"}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("contimask")
-    group.add_argument("--contimask-instances", type=int, default=8, help="synthetic instances (released 10)")
+    group.add_argument("--contimask-instances", type=int, default=6, help="synthetic instances (released 10)")
     group.add_argument("--contimask-observe", type=float, default=0.2, help="synthetic cell observation probability")
     group.add_argument("--contimask-gap", type=float, default=0.1, help="missingness variant: salient p +- gap")
     group.add_argument("--contimask-steps", type=int, default=2000, help="Adam steps (released 16000)")
@@ -51,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--contimask-popsize", type=int, default=50, help="PGPE population (released 100)")
     group.add_argument("--contimask-samples", type=int, default=4, help="deletion draws per evaluation (released 10)")
     group.add_argument("--contimask-dynamask-epochs", type=int, default=500, help="Dynamask epochs (released 500)")
-    group.add_argument("--contimask-patients", type=int, default=20, help="pbcseq test patients explained")
+    group.add_argument("--contimask-patients", type=int, default=6, help="pbcseq test patients explained")
     group.add_argument("--contimask-epochs", type=int, default=30, help="pbcseq black-box training epochs")
 
 
@@ -98,7 +99,10 @@ def cached(path: Path, compute: Callable[[], dict]) -> dict:
 
 
 def root(args: argparse.Namespace) -> Path:
-    return Path(args.workdir) / ("contimask_quick" if args.quick else "contimask")
+    """The cache of one budget: runs at other budgets never mix."""
+    sizes = budget(args)
+    tag = "adam{steps}-pgpe{generations}x{popsize}x{samples}-dynamask{dynamask_epochs}".format(**sizes)
+    return Path(args.workdir) / ("contimask_quick" if args.quick else "contimask") / tag
 
 
 # --- synthetic -----------------------------------------------------------------------------------------------------
@@ -184,7 +188,7 @@ def pbcseq_black_box(args: argparse.Namespace, sizes: dict[str, int]) -> tuple[A
     data = IrregularTimeSeriesDataModule(source="pbcseq", batch_size=32, seed=0)
     data.setup("fit")
     model = ObservationTransformer(num_channels=7, d_model=32, num_heads=4, num_layers=2, dim_feedforward=64)
-    path = root(args) / "pbcseq" / "transformer.pt"
+    path = Path(args.workdir) / "contimask" / f"pbcseq_transformer_{sizes['epochs']}epochs.pt"
     if path.exists():
         model.load_state_dict(torch.load(path, weights_only=True))
     else:
@@ -219,7 +223,8 @@ def contimask_pbcseq(args: argparse.Namespace) -> str:
     rows, full = [], float("nan")
     for method in METHODS:
         result = cached(
-            root(args) / "pbcseq" / f"{method}.json", lambda m=method: pbcseq_method(m, model, batch, sizes)
+            root(args) / f"pbcseq_{sizes['epochs']}epochs_{len(patients)}patients" / f"{method}.json",
+            lambda m=method: pbcseq_method(m, model, batch, sizes),
         )
         rows.append([method, f"{result['comprehensiveness']:.3f}", f"{result['sufficiency']:.3f}",
                      " / ".join(f"{p:.3f}" for p in result["deletion"]), f"{result['seconds']:.1f}"])  # fmt: skip
