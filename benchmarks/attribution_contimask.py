@@ -157,15 +157,15 @@ def contimask_synthetic(args: argparse.Namespace) -> str:
         )
     return f"""## Contimask on the rare-feature task
 
-Data: Contimask's rare-feature task (100 grid times x 50 channels, 5 salient channels on t in (0.25, 0.75)),
-every cell observed with probability {args.contimask_observe} (irregular, channel-wise; in the missingness variant
-the salient cells with {args.contimask_observe} +- {args.contimask_gap} by label). Black boxes: the released
-white boxes, one per instance (sum of x^2 over the salient cells; the count of observed salient cells for the
-informative-missingness variant). Budgets: Adam {sizes["steps"]} steps (blur, fade), PGPE {sizes["generations"]}
-generations of {sizes["popsize"]} with {sizes["samples"]} deletion draws, Dynamask {sizes["dynamask_epochs"]} epochs
-on 100 bins (keep ratio 0.05), IG 50 steps (baseline 0) (released Contimask budgets: 16000 Adam steps, 2000 PGPE
-generations of 100 with 10 draws). The deletion masks are ranked by their logits (the released fitted mask is
-1[l > 0.5]). Mean +- sd over instances; random scores are the floor.
+Data: Contimask's rare-feature task (100 grid times x 50 channels, 5 salient channels on t in (0.25, 0.75)), every
+cell observed with probability {args.contimask_observe} (irregular, channel-wise; in the missingness variant the
+salient cells with {args.contimask_observe} +- {args.contimask_gap} by label). Black boxes: the released white
+boxes, one per instance (the sum of x^2 over the salient cells; the count of observed salient cells for the
+informative-missingness variant). Budgets: Adam {sizes["steps"]} steps (blur, fade); PGPE {sizes["generations"]}
+generations of {sizes["popsize"]} with {sizes["samples"]} deletion draws; Dynamask {sizes["dynamask_epochs"]}
+epochs on 100 bins (keep ratio 0.05); IG 50 steps (baseline 0). Released Contimask budgets: 16000 Adam steps,
+2000 PGPE generations of 100 with 10 draws. The deletion masks are ranked by their logits (the released fitted
+mask is 1[l > 0.5]). Mean +- sd over instances; random scores are the floor.
 
 {chr(10).join(blocks)}
 """
@@ -234,13 +234,13 @@ def contimask_pbcseq(args: argparse.Namespace) -> str:
               "p(class) after deleting 10/20/30/40/50 %", "s total"]  # fmt: skip
     return f"""## Contimask on pbcseq: deletion and insertion
 
-Black box: an ObservationTransformer (d_model 32, 2 layers, 4 heads) trained {sizes["epochs"]} epochs on the
-pbcseq training split (test AUROC {auroc:.3f}). Explained: the first {len(patients)} test patients
-({observations:.0f} observations each on average); the explained output is the probability of the class the model
-predicts (mean p(x) = {full:.3f}); the masks, IG and occlusion explain that class's logit. Comprehensiveness =
-mean over the ERASER bins (1, 5, 10, 20, 50 % of the observations) of p(x) - p(x without the top observations);
-sufficiency = mean of p(x) - p(top observations only); deleted observations are never made (observed=False).
-Budgets as in the synthetic section.
+Black box: an ObservationTransformer (d_model 32, 2 layers, 4 heads) trained {sizes["epochs"]} epochs on the pbcseq
+training split (test AUROC {auroc:.3f}). Explained: the first {len(patients)} test patients ({observations:.0f}
+observations each on average). The curves measure the probability of the class the model predicts (mean p(x) =
+{full:.3f}); the masks, IG and occlusion explain that class's logit. Comprehensiveness = mean over the ERASER bins
+(1, 5, 10, 20, 50 % of the observations) of p(x) - p(x without the top observations); sufficiency = mean of p(x) -
+p(top observations only); deleted observations are never made (observed=False). Budgets as in the synthetic
+section; a single run of each method (seed 0) on these patients.
 
 {table(header, rows)}
 """
