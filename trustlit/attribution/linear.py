@@ -13,10 +13,14 @@ With masks ``x`` in {0,1}^n (1 = player present) the fitted game is
     F = argmin_F  1/(2m) sum_j (v(x_j) - f(x_j))^2 + alpha * sum_i |F[i]|      (alpha by 5-fold CV)
 
 and, in the Möbius basis, a[∅] = F[∅] + sum_i F[i], a[i] = -2 F[i]: an additive game, whose Shapley and Banzhaf
-values are both a[i]. Faithfulness is R^2 on held-out uniform masks, as for :func:`proxyspex`; with the same
-``seed`` and ``budget`` both draw the same training and held-out masks (:func:`holdout_masks`), so their
-faithfulness is measured on one set. :func:`additive_faithfulness` scores an additive explanation such as
-KernelSHAP's, the game v(∅) + sum_{i in x} phi_i, on those masks.
+values are both a[i]. One difference from the released code: there the constant is a penalised column of ones
+(``fit_intercept=False``), which shrinks it and lifts the smallest penalty on the path for a game with a large mean
+(log-probabilities near -30); here F[∅] is an unpenalised intercept.
+
+Faithfulness is R^2 on held-out uniform masks, as for :func:`proxyspex`; with the same ``seed`` and ``budget`` both
+draw the same training and held-out masks (:func:`holdout_masks`), so their faithfulness is measured on one set.
+:func:`additive_faithfulness` scores an additive explanation such as KernelSHAP's, the game v(∅) + sum_{i in x} phi_i,
+on those masks.
 
 Notes: docs/methods/proxyspex.md
 """
