@@ -64,7 +64,9 @@ def budget(args: argparse.Namespace) -> dict[str, int]:
     return {name: getattr(args, f"contimask_{name}") for name in names}
 
 
-def explain(method: str, black_box: torch.nn.Module, batch: dict, sizes: dict[str, int], channels: int, output: str):
+def explain(
+    method: str, black_box: torch.nn.Module, batch: dict, sizes: dict[str, int], channels: int, output: str
+) -> tuple[torch.Tensor, float]:
     """The saliency [B, L] of ``method`` and its wall time in seconds."""
     from trustlit.attribution.contimask import Contimask
     from trustlit.attribution.saliency import dynamask_grid, integrated_gradients, occlusion

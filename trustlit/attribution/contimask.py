@@ -140,7 +140,9 @@ def at_observations(grid: torch.Tensor, channels: torch.Tensor) -> torch.Tensor:
     return grid.gather(-1, index).squeeze(-1)
 
 
-def area_and_variation(mask: torch.Tensor, times: torch.Tensor, observed: torch.Tensor) -> tuple:
+def area_and_variation(
+    mask: torch.Tensor, times: torch.Tensor, observed: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A(m) and V(m) of the module docstring for a mask grid [..., N, L, F] at the observation times [N, L]
     (padding last): each [..., N]."""
     weight = observed.to(mask.dtype)
@@ -242,13 +244,17 @@ class Contimask(L.LightningModule):
         self.black_box.eval()
         return self
 
-    def f(self, times: torch.Tensor, channels: torch.Tensor, values: torch.Tensor, observed: torch.Tensor):
+    def f(
+        self, times: torch.Tensor, channels: torch.Tensor, values: torch.Tensor, observed: torch.Tensor
+    ) -> torch.Tensor:
         """The explained output: class probabilities or logits [N, C]."""
         return explained_output(self.black_box(times, channels, values, observed), self.hparams.output)
 
     # --- the loss ---------------------------------------------------------------------------------------------
 
-    def losses(self, logits: torch.Tensor, batch: dict[str, torch.Tensor], target: torch.Tensor, area: float):
+    def losses(
+        self, logits: torch.Tensor, batch: dict[str, torch.Tensor], target: torch.Tensor, area: float
+    ) -> torch.Tensor:
         """L(phi) for mask logits [..., N, L, F] (leading dimensions: a PGPE population) of the N instances of
         ``batch`` (which holds ``average`` for fade), ``target`` = f(x) [N, C]: [..., N]."""
         if self.hparams.perturbation == "deletion":
@@ -260,7 +266,9 @@ class Contimask(L.LightningModule):
         mass, variation = area_and_variation(grid, batch["times"], batch["observed"])
         return self.hparams.delta * error + area * mass + self.hparams.tv * variation
 
-    def continuous_error(self, grid: torch.Tensor, batch: dict[str, torch.Tensor], target: torch.Tensor):
+    def continuous_error(
+        self, grid: torch.Tensor, batch: dict[str, torch.Tensor], target: torch.Tensor
+    ) -> torch.Tensor:
         """mean_k (f_k(pi_m(x)) - f_k(x))^2 under blur or fade for a mask grid [..., N, L, F]: [..., N]."""
         lead, width = grid.shape[:-3], batch["times"].shape[-1]
 
@@ -276,7 +284,9 @@ class Contimask(L.LightningModule):
         prediction = self.f(times, channels, perturbed, observed)
         return ((prediction.reshape(*lead, *target.shape) - target) ** 2).mean(-1)
 
-    def deletion_error(self, logits: torch.Tensor, batch: dict[str, torch.Tensor], target: torch.Tensor):
+    def deletion_error(
+        self, logits: torch.Tensor, batch: dict[str, torch.Tensor], target: torch.Tensor
+    ) -> torch.Tensor:
         """The same error averaged over ``samples`` hard-concrete deletions drawn from logits [..., N, L, F]."""
         width = batch["times"].shape[-1]
         observation_logits = at_observations(logits, batch["channels"])

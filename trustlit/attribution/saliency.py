@@ -59,7 +59,9 @@ def _scores_and_truth(scores: torch.Tensor, truth: torch.Tensor) -> tuple[np.nda
     return scores.detach().cpu().double().numpy(), truth.detach().cpu().bool().numpy()
 
 
-def precision_recall_by_threshold(scores: torch.Tensor, truth: torch.Tensor):
+def precision_recall_by_threshold(
+    scores: torch.Tensor, truth: torch.Tensor
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(thresholds ascending, precision, recall) at each distinct score tau, S_tau = {s >= tau}."""
     s, t = _scores_and_truth(scores, truth)
     thresholds = np.unique(s)
@@ -197,7 +199,9 @@ def integrated_gradients(
     times, channels, values, observed = _unpack(batch)
     label, _ = predicted_output(black_box, batch, output)
 
-    def probability(values: torch.Tensor, times, channels, observed) -> torch.Tensor:
+    def probability(
+        values: torch.Tensor, times: torch.Tensor, channels: torch.Tensor, observed: torch.Tensor
+    ) -> torch.Tensor:
         explained = explained_output(black_box(times, channels, values * observed, observed), output)
         return explained + 0 * values.sum(-1, keepdim=True)  # a graph even when f ignores the values (IG = 0)
 
@@ -300,7 +304,14 @@ def dynamask_grid(
     return torch.where(observed, grid.detach().gather(-1, cell), torch.zeros_like(values))
 
 
-def _blur_per_row(times, channels, values, observed, mask, sigma_max: torch.Tensor) -> torch.Tensor:
+def _blur_per_row(
+    times: torch.Tensor,
+    channels: torch.Tensor,
+    values: torch.Tensor,
+    observed: torch.Tensor,
+    mask: torch.Tensor,
+    sigma_max: torch.Tensor,
+) -> torch.Tensor:
     """:func:`gaussian_blur` with a per-row sigma_max [B, 1] (times rescaled by it, sigma_max 1)."""
     scaled = times / sigma_max.clamp_min(1e-12)
     return gaussian_blur(scaled, channels, values, observed, mask, sigma_max=1.0)
