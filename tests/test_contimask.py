@@ -263,6 +263,9 @@ def test_bad_batches():
     unsorted = dict(batch, times=batch["times"].flip(-1))
     with pytest.raises(ValueError, match="not sorted"):
         explain(Contimask(Window(), steps=1), unsorted)
+    missing = dict(batch, values=batch["values"].masked_fill(batch["observed"], torch.nan))
+    with pytest.raises(ValueError, match="values is NaN"):
+        explain(Contimask(Window(), steps=1), missing)
     with pytest.raises(ValueError, match="n_channels=2"):
         explain(Contimask(Window(), steps=1, n_channels=2), batch)
     with pytest.raises(ValueError, match="mask: shape"):
