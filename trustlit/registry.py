@@ -142,6 +142,7 @@ def _register_all() -> None:
             },
         },
         "attribution": {
+            "method": {"Contimask": "trustlit.attribution.contimask"},
             "analysis": {
                 "TabularShapley": "trustlit.attribution.explain",
                 "TokenInteractions": "trustlit.attribution.explain",

@@ -1,5 +1,6 @@
 """Attribution: value functions over player masks, the unified KernelSHAP family and exact Shapley values,
-ProxySPEX interactions, the LASSO baseline, and the analysis modules that run them from recipes.
+ProxySPEX interactions, the LASSO baseline, the analysis modules that run them from recipes, and Contimask saliency
+for irregular time series.
 
 Nothing heavy is imported until a name below is first used.
 """
@@ -14,5 +15,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "trustlit.attribution.proxy_spex": ["InteractionResult", "proxyspex"],
         "trustlit.attribution.linear": ["additive_faithfulness", "holdout_masks", "lasso_attribution"],
         "trustlit.attribution.explain": ["TabularShapley", "TokenInteractions"],
+        "trustlit.attribution.contimask": ["Contimask"],
     },
 )
