@@ -41,7 +41,7 @@ from trustlit.attribution.fourier import (
 from trustlit.attribution.proxy_spex import (
     CV_FOLDS,
     InteractionResult,
-    distinct_uniform_masks,
+    draw_masks,
     evaluate,
     min_budget,
     r_squared,
@@ -57,14 +57,6 @@ def players_of(value: Game) -> int:
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"value function: n_players={n!r}; expected a positive int attribute")
     return n
-
-
-def draw_masks(n: int, budget: int, n_holdout: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``budget`` distinct training masks and the ``n_holdout`` held-out uniform masks of ``seed``, drawn in the
-    order :func:`proxyspex` draws them (one generator: training masks first)."""
-    generator = torch.Generator().manual_seed(seed)
-    masks = distinct_uniform_masks(n, budget, generator)
-    return masks, torch.randint(0, 2, (n_holdout, n), generator=generator, dtype=torch.bool)
 
 
 def holdout_masks(n: int, budget: int, n_holdout: int = 10_000, seed: int = 0) -> torch.Tensor:

@@ -154,6 +154,14 @@ def evaluate(value: Callable[[torch.Tensor], torch.Tensor], masks: torch.Tensor,
     return torch.cat(out)
 
 
+def draw_masks(n: int, budget: int, n_holdout: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``budget`` distinct training masks and the ``n_holdout`` held-out uniform masks of ``seed`` (one generator,
+    training masks first): every method given the same budget and seed fits and is scored on the same masks."""
+    generator = torch.Generator().manual_seed(seed)
+    masks = distinct_uniform_masks(n, budget, generator)
+    return masks, torch.randint(0, 2, (n_holdout, n), generator=generator, dtype=torch.bool)
+
+
 def min_budget(n: int) -> int:
     """Fewest evaluations proxyspex accepts: n + 1, and two per cross-validation fold."""
     return max(n + 1, 2 * CV_FOLDS)
@@ -181,14 +189,12 @@ def proxyspex(
         raise ValueError(f"budget={budget!r}; ProxySPEX needs at least {min_budget(n)} evaluations for n={n} players")
     if n_holdout < 2:
         raise ValueError(f"n_holdout={n_holdout}; expected at least 2 held-out masks for R^2")
-    generator = torch.Generator().manual_seed(seed)
-    masks = distinct_uniform_masks(n, budget, generator)
+    masks, holdout = draw_masks(n, budget, n_holdout, seed)
     values = evaluate(value, masks, batch_size)
     proxy = fit_proxy(masks, values, grid=RELEASED_GRID if grid is None else grid, seed=seed)
     keys = top_energy(booster_to_fourier(proxy.booster_), energy)
     fourier = refine_fourier(keys, masks, values)
     mobius = fourier_to_mobius(fourier)
-    holdout = torch.randint(0, 2, (n_holdout, n), generator=generator, dtype=torch.bool)
     faithfulness = r_squared(evaluate(value, holdout, batch_size), mobius_game(mobius, holdout))
     return InteractionResult(
         mobius=mobius,

@@ -254,7 +254,8 @@ def design(masks: np.ndarray, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """sqrt(w(s)) P 1_S rows [m, n] and sqrt(w(s)) [m] for the masks."""
     z = torch.as_tensor(masks, dtype=torch.float64)
     s = z.sum(1)
-    sqrt_w = torch.as_tensor(np.sqrt(kernel_weight(n, s.numpy())))
+    per_size = torch.as_tensor(np.sqrt(kernel_weight(n, np.arange(1, n))))  # n - 1 binomials, not one per row
+    sqrt_w = per_size[s.long() - 1]
     return sqrt_w[:, None] * (z - s[:, None] / n), sqrt_w
 
 
@@ -265,12 +266,10 @@ def solve(
     if estimator == "matrix_vector":
         y = n / (n - 1) * (zbar * (weights * ybar)[:, None]).sum(0)
     else:
-        basis = torch.linalg.qr(torch.eye(n, dtype=torch.float64) - 1.0 / n)[0][
-            :, : n - 1
-        ]  # an orthonormal basis of range(P)
-        root = weights.sqrt()[:, None]
-        coef = torch.linalg.lstsq(root * zbar @ basis, root[:, 0] * ybar, driver="gelsd").solution
-        y = basis @ coef
+        # every row of zbar lies in range(P), so the minimum-norm least-squares solution does too: it is the
+        # constrained solution y in range(P) without projecting the rows onto a basis of range(P) first
+        root = weights.sqrt()
+        y = torch.linalg.lstsq(root[:, None] * zbar, root * ybar, driver="gelsy").solution  # min-norm, via QR
     return y + total / n
 
 
