@@ -11,8 +11,11 @@ report, ``docs/benchmarks/attribution.md``. Finished stages (per explained row, 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+if not __package__:  # run as benchmarks/attribution.py: import this repository's benchmarks package (opacus installs
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # another top-level "benchmarks")
 import trustlit
 from benchmarks import attribution_contimask, attribution_proxyspex, attribution_shapley
 from benchmarks.common import Report, quiet

@@ -11,8 +11,11 @@ are cached under ``--workdir``, so a long run can be completed later: run it aga
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+if not __package__:  # run as benchmarks/interpret.py: import this repository's benchmarks package (opacus installs
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # another top-level "benchmarks")
 import trustlit
 from benchmarks import interpret_id, interpret_sae, interpret_tracing
 from benchmarks.common import Report, quiet

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+if not __package__:  # run as benchmarks/startup.py: import this repository's benchmarks package (opacus installs
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # another top-level "benchmarks")
 from benchmarks.common import provenance
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
