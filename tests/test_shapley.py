@@ -105,6 +105,21 @@ def test_every_variant_spends_exactly_its_budget_and_is_efficient(variant: dict,
     assert result.values.sum().item() == pytest.approx(result.full_value - result.empty_value)
 
 
+@pytest.mark.parametrize(("n", "m"), [(12, 300), (300, 2998), (784, 31358)])
+@pytest.mark.parametrize("tau", [0.0, 0.5, 1.0])
+def test_inclusion_probabilities_are_min_1_cp_and_spend_the_budget(n, m, tau) -> None:
+    """q = min(1, c p) for one c (strata are spent in proportion to their mass) at any n: an approximate c
+    saturates the small strata or starves them, which biases the estimators from n ~ 200 on."""
+    p = size_probabilities(n, tau)
+    counts = np.array([math.comb(n, s) for s in range(1, n)], dtype=float)
+    q = inclusion_probabilities(p, counts, m)
+    assert (counts * q).sum() == pytest.approx(m, rel=1e-9)
+    assert (q > 0).all() and (q <= 1).all()
+    unsaturated = q < 1
+    np.testing.assert_allclose(q[unsaturated] / p[unsaturated], (q / p)[unsaturated][0], rtol=1e-9)
+    assert (p[~unsaturated].min(initial=np.inf) >= p[unsaturated].max()) if (~unsaturated).any() else True
+
+
 def test_without_replacement_inclusion_probabilities_are_the_papers() -> None:
     n, m, runs = 5, 12, 2000
     p = size_probabilities(n, 0.0)

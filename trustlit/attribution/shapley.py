@@ -100,16 +100,19 @@ def size_probabilities(n: int, tau: float) -> np.ndarray:
 
 
 def inclusion_probabilities(p: np.ndarray, counts: np.ndarray, m: int) -> np.ndarray:
-    """q_s = min(1, c p_s) with c chosen so that sum_s counts_s q_s = m (the paper's without-replacement weights)."""
-    lo, hi = 0.0, float(m) / p.min() + 1.0
-    for _ in range(200):  # bisection on c: the expected count is monotone in c
-        c = 0.5 * (lo + hi)
-        if (counts * np.minimum(1.0, c * p)).sum() < m:
-            lo = c
-        else:
-            hi = c
-    q = np.minimum(1.0, hi * p)
-    return q * m / (counts * q).sum() if (q < 1).any() else q
+    """q_s = min(1, c p_s) with c chosen so that sum_s counts_s q_s = m (the paper's without-replacement weights).
+
+    Solved exactly by water-filling: with the strata sorted by p_s (largest first) and the first k saturated
+    (q = 1), c = (m - sum_{j<k} counts_j) / sum_{j>=k} counts_j p_j; k is the first for which c p_k <= 1. (A
+    bisection on c fails once p spans hundreds of orders of magnitude, as it does from n ~ 200 on.)
+    """
+    order = np.argsort(-p, kind="stable")
+    saturated = np.concatenate([[0.0], np.cumsum(counts[order])])[:-1]  # coalitions in the strata before each one
+    mass_after = np.cumsum((counts * p)[order][::-1])[::-1]  # sum_{j>=k} counts_j p_j
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = (m - saturated) / mass_after
+    k = int(np.argmax((c * p[order] <= 1) & (saturated < m)))
+    return np.minimum(1.0, c[k] * p)
 
 
 def systematic_round(expected: np.ndarray, rng: np.random.Generator) -> np.ndarray:
