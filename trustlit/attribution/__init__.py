@@ -16,5 +16,16 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "trustlit.attribution.linear": ["additive_faithfulness", "holdout_masks", "lasso_attribution"],
         "trustlit.attribution.explain": ["TabularShapley", "TokenInteractions"],
         "trustlit.attribution.contimask": ["Contimask"],
+        "trustlit.attribution.saliency": [
+            "aup",
+            "aur",
+            "auprc",
+            "dynamask_grid",
+            "eraser_scores",
+            "integrated_gradients",
+            "occlusion",
+            "removal_curves",
+            "saliency_metrics",
+        ],
     },
 )
