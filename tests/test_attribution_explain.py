@@ -221,3 +221,25 @@ def test_token_interactions_writes_faithfulness_of_every_method(tmp_path, contex
         assert prompt["players"] == answer.split()
     assert len(prompt["shapley"]) == len(prompt["players"]) and len(prompt["top_interactions"]) <= 3
     assert (tmp_path / "interactions.png").stat().st_size > 0
+
+
+def test_results_reach_wandb_as_a_table_and_the_figure(tmp_path, monkeypatch):
+    import lightning as L
+    import wandb
+
+    from trustlit.loggers import WandbLogger
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    logger = WandbLogger(offline=True, save_dir=str(tmp_path), project="attribution")
+    trainer = L.Trainer(
+        accelerator="cpu", logger=logger, enable_progress_bar=False, limit_test_batches=1, default_root_dir=tmp_path
+    )
+    module = TabularShapley(n_estimators=5, estimators=["regression/kernel/with"], budget_multiple=4, max_points=2)
+    trainer.test(module, datamodule=TabularDataModule(dataset="iris", batch_size=4))
+    summary = logger.experiment.summary
+    assert {"shapley/table", "shapley/shapley", "test/regression_kernel_with/relative_error"} <= set(summary.keys())
+    logger.experiment.finish()
+    wandb.teardown()
+    images = list((tmp_path / "wandb").glob("offline-run-*/files/media/images/shapley/*.png"))
+    assert len(images) == 1 and images[0].read_bytes()[:4] == b"\x89PNG"
