@@ -132,11 +132,17 @@ def mnist_task(seed: int = 0) -> dict[str, Any]:
 
 
 def mnist_truth(value: Any, runs: int, multiple: int, seed: int) -> np.ndarray:
-    """The mean of ``runs`` LeverageSHAP estimates (regression, leverage, without replacement) at ``multiple`` n."""
+    """The mean of ``runs`` LeverageSHAP estimates (regression, leverage, without replacement) at ``multiple`` n, over
+    the pixels that differ from the baseline (the others are null players: exactly 0)."""
     from trustlit.attribution import kernel_shap
+    from trustlit.attribution.explain import estimate_over_varying
+
+    def leverage(game: Any, budget: int, seed: int) -> Any:
+        return kernel_shap(game, budget, seed=seed)
 
     budget = multiple * int(value.n_players)
-    return np.mean([kernel_shap(value, budget, seed=10_000 + seed + r).values.numpy() for r in range(runs)], axis=0)
+    estimates = [estimate_over_varying(leverage, value, budget, 10_000 + seed + r).values for r in range(runs)]
+    return np.mean([e.numpy() for e in estimates], axis=0)
 
 
 # -- per-point evaluation ------------------------------------------------------------------------
@@ -159,7 +165,7 @@ def explain_point(predict: Callable, x: np.ndarray, baseline: np.ndarray, truth:
     import torch
 
     from trustlit.attribution import TabularValue
-    from trustlit.attribution.explain import parse_estimator, relative_error
+    from trustlit.attribution.explain import estimate_over_varying, parse_estimator, relative_error
 
     n = x.size
     truth_t = torch.as_tensor(truth, dtype=torch.float64)
@@ -171,7 +177,7 @@ def explain_point(predict: Callable, x: np.ndarray, baseline: np.ndarray, truth:
         for seed in range(seeds):
             for name in VARIANTS:
                 start = time.perf_counter()
-                result = parse_estimator(name)(value, budget, seed)
+                result = estimate_over_varying(parse_estimator(name), value, budget, seed)
                 seconds = time.perf_counter() - start
                 entry = cell.setdefault(name, {"error": [], "seconds": [], "evaluations": []})
                 entry["error"].append(relative_error(result.values, truth_t))
@@ -331,7 +337,9 @@ def attribution_shapley(args: argparse.Namespace) -> str:
             "`matrix_vector`: the paper's unbiased matrix-vector estimator. `kernel` / `leverage` / "
             "`modified_l2`: p_S ∝ k(S)^tau (||u_S||^2)^(1-tau) with tau = 1, 0, 1/2 (Chen et al. 2025); `with`: "
             "i.i.d. draws until the budget of distinct coalitions is reached; `without`: the paper's inclusion "
-            "probabilities, with stratum counts rounded so the budget is spent exactly. Peer: "
+            "probabilities, with stratum counts rounded so the budget is spent exactly. Features equal to the "
+            "baseline (constant pixels of digits and MNIST) are null players: every estimator, like shap, plays the "
+            "others only, at the same budget (`estimate_over_varying`). Peer: "
             "`shap.KernelExplainer(f, b)` with the same single row and `nsamples` = budget (it evaluates v(0) and"
             " v(N) on top) and `l1_reg=False` (shap 0.51's default `num_features(10)` would zero all but 10 "
             "features); its seconds include its model calls, as ours do. Error: relative squared l2 error, as "

@@ -14,13 +14,14 @@ from helpers import SHARED_DATA, quiet_trainer
 from trustlit.attribution.explain import (
     TabularShapley,
     TokenInteractions,
+    estimate_over_varying,
     parse_estimator,
     relative_error,
     tree_shap_truth,
     xgboost_black_box,
 )
 from trustlit.attribution.shapley import exact_shapley
-from trustlit.attribution.value import TabularValue, TokenValue
+from trustlit.attribution.value import RestrictedValue, TabularValue, TokenValue
 from trustlit.classifiers import MLPClassifier
 from trustlit.data import QADataModule, TabularDataModule
 from trustlit.llm.loading import build_tokenizer
@@ -243,3 +244,34 @@ def test_results_reach_wandb_as_a_table_and_the_figure(tmp_path, monkeypatch):
     wandb.teardown()
     images = list((tmp_path / "wandb").glob("offline-run-*/files/media/images/shapley/*.png"))
     assert len(images) == 1 and images[0].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_null_features_are_left_out_and_get_zero():
+    """Features equal to the background are null players: estimating over the others gives the exact values of the
+    full game (checked against exact_shapley), 0 for the null ones, within the caller's budget."""
+    rng = np.random.default_rng(3)
+    weights, background = rng.normal(size=8), rng.normal(size=8)
+    x = background.copy()
+    x[[1, 4, 6]] += rng.normal(size=3)
+
+    def predict(rows: np.ndarray) -> np.ndarray:
+        return rows @ weights + rows[:, 1] * rows[:, 4]
+
+    value = TabularValue(predict, x, background)
+    assert value.null_players().tolist() == [True, False, True, True, False, True, False, True]
+    result = estimate_over_varying(parse_estimator("regression/leverage/without"), value, 40, 0)
+    exact = exact_shapley(value).values
+    assert torch.allclose(result.values, exact, atol=1e-10) and result.n_evaluations == 8  # 2^3 coalitions
+    assert (result.values[[0, 2, 3, 5, 7]] == 0).all()
+    assert torch.equal(
+        estimate_over_varying(parse_estimator("unbiased"), TabularValue(predict, x, x), 40, 0).values,
+        torch.zeros(8, dtype=torch.float64),
+    )
+
+
+def test_restricted_value_refuses_bad_players():
+    game = TabularValue(lambda rows: rows.sum(1), np.ones(3), np.zeros(3))
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 3\)"):
+        RestrictedValue(game, [0, 3])
+    with pytest.raises(ValueError, match="expected distinct player indices"):
+        RestrictedValue(game, [1, 1])

@@ -10,7 +10,13 @@ from trustlit.lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        "trustlit.attribution.value": ["TabularValue", "TokenValue", "ValueFunction", "CountingValue"],
+        "trustlit.attribution.value": [
+            "CountingValue",
+            "RestrictedValue",
+            "TabularValue",
+            "TokenValue",
+            "ValueFunction",
+        ],
         "trustlit.attribution.shapley": ["ShapleyResult", "exact_shapley", "kernel_shap", "unbiased_kernel_shap"],
         "trustlit.attribution.proxy_spex": ["InteractionResult", "proxyspex"],
         "trustlit.attribution.linear": ["additive_faithfulness", "holdout_masks", "lasso_attribution"],

@@ -5,7 +5,8 @@
   The game of a point x is the baseline game v(S) = mean_b f_c(x_S, b_~S) (:class:`TabularValue`), f_c the margin or
   probability of the class predicted for x. Every estimator listed runs at budget = ``budget_multiple`` * n and is
   scored by its relative error ||phi_hat - phi||^2 / ||phi||^2 against the exact values (n <= ``max_exact_players``)
-  or interventional TreeSHAP with the same background (XGBoost margins: the same game, by linearity).
+  or interventional TreeSHAP with the same background (XGBoost margins: the same game, by linearity). Features equal
+  to the background are null players: the estimators play the others only (:func:`estimate_over_varying`).
 - :class:`TokenInteractions` runs ProxySPEX on a causal LM: for each question of a QA data module, the players are
   words of a passage (the record's answer, with the question after it: the model answers from it) or of the
   question, inside the prompt template, and v(S) = log p(target | template(words S)) (:class:`TokenValue`), the
@@ -29,7 +30,7 @@ import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,7 +48,7 @@ from trustlit.attribution.shapley import (
     tau_of,
     unbiased_kernel_shap,
 )
-from trustlit.attribution.value import CountingValue, TabularValue, TokenValue, ValueFunction
+from trustlit.attribution.value import CountingValue, RestrictedValue, TabularValue, TokenValue, ValueFunction
 from trustlit.figures import log_to_wandb, new_figure, print_table, save_png
 from trustlit.hparams import NonNegativeInt, PositiveInt, check_arguments, plain_numbers
 from trustlit.llm.loading import CausalLMSpec
@@ -96,6 +97,20 @@ def parse_estimator(spec: str) -> Estimator:
         "paired": len(parts) == 3,
     }
     return lambda value, budget, seed: kernel_shap(value, budget, seed=seed, **options)
+
+
+def estimate_over_varying(estimate: Estimator, value: TabularValue, budget: int, seed: int) -> ShapleyResult:
+    """``estimate`` on the features that differ from the background only (:class:`RestrictedValue`), 0 for the
+    others, which are null players; the budget stays the caller's (shap's KernelExplainer does the same)."""
+    varying = torch.nonzero(~value.null_players()).flatten().tolist()
+    if len(varying) == value.n_players:
+        return estimate(value, budget, seed)
+    if not varying:  # x equals the background: v is constant, every value is 0
+        v = float(value(torch.zeros(1, value.n_players, dtype=torch.bool))[0])
+        return ShapleyResult(torch.zeros(value.n_players, dtype=torch.float64), 1, v, v, "constant")
+    game = RestrictedValue(value, varying)
+    result = estimate(game, budget, seed) if len(varying) > 1 else exact_shapley(game)
+    return replace(result, values=game.expand(result.values))
 
 
 def relative_error(estimate: torch.Tensor, truth: torch.Tensor) -> float:
@@ -283,7 +298,7 @@ class TabularShapley(AnalysisModule):
             runs = []
             for repeat in range(hp.seeds):
                 started = time.perf_counter()
-                result = estimate(value, budget, hp.seed + repeat)
+                result = estimate_over_varying(estimate, value, budget, hp.seed + repeat)
                 seconds = time.perf_counter() - started
                 error = relative_error(result.values, truth) if truth is not None else None
                 runs.append(

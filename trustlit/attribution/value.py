@@ -110,6 +110,10 @@ class TabularValue:
         self.predict_fn = predict_fn
         self.n_players = self.x.numel()
 
+    def null_players(self) -> torch.Tensor:
+        """Features equal to every background row's value [n] (bool): null players, whose Shapley value is 0."""
+        return (self.background == self.x[None, :]).all(dim=0)
+
     def __call__(self, masks: torch.Tensor) -> torch.Tensor:
         masks = check_masks(torch.as_tensor(masks), self.n_players).cpu()
         batch, n_background = masks.size(0), self.background.size(0)
@@ -118,6 +122,37 @@ class TabularValue:
         pred = self.predict_fn(rows.numpy() if self.numpy else rows)
         pred = check_values(np.ravel(pred) if self.numpy else pred.reshape(-1), batch * n_background, "predict_fn")
         return pred.view(batch, n_background).mean(dim=1)
+
+
+class RestrictedValue:
+    """``value`` played by ``players`` only (indices into its n players), every other player absent.
+
+    When the others are null players (v(S + i) = v(S) for all S, e.g. :meth:`TabularValue.null_players`: features whose
+    value equals the background's), the Shapley values of the restriction are those of ``value`` on ``players`` and
+    0 elsewhere (:meth:`expand`), at a fraction of the cost: shap's KernelExplainer does the same with its "varying"
+    features.
+    """
+
+    def __init__(self, value: ValueFunction, players: Sequence[int]) -> None:
+        self.value, self.n_full = value, int(value.n_players)
+        self.players = torch.as_tensor(list(players), dtype=torch.long)
+        if self.players.numel() == 0 or self.players.unique().numel() != self.players.numel():
+            raise ValueError(f"players={list(players)}: expected distinct player indices, at least one")
+        if int(self.players.min()) < 0 or int(self.players.max()) >= self.n_full:
+            raise ValueError(f"players={list(players)}: indices must lie in [0, {self.n_full})")
+        self.n_players = self.players.numel()
+
+    def __call__(self, masks: torch.Tensor) -> torch.Tensor:
+        masks = check_masks(torch.as_tensor(masks), self.n_players)
+        full = torch.zeros(masks.size(0), self.n_full, dtype=torch.bool)
+        full[:, self.players] = masks.cpu()
+        return self.value(full)
+
+    def expand(self, values: torch.Tensor) -> torch.Tensor:
+        """Per-player values of the restriction [n_players] as values of the full game [n] (0 off ``players``)."""
+        full = torch.zeros(self.n_full, dtype=values.dtype)
+        full[self.players] = values
+        return full
 
 
 def player_spans(text: str, players: str) -> list[tuple[int, int]]:
