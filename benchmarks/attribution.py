@@ -10,7 +10,6 @@ report, ``docs/benchmarks/attribution.md``. Finished stages (per explained row, 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -18,38 +17,29 @@ if not __package__:  # run as benchmarks/attribution.py: import this repository'
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # another top-level "benchmarks")
 import trustlit
 from benchmarks import attribution_contimask, attribution_proxyspex, attribution_shapley
-from benchmarks.common import Report, quiet
+from benchmarks.common import family_report, run_families
 
 FAMILIES = (attribution_shapley, attribution_proxyspex, attribution_contimask)
-REPORT = Report(
+REPORT = family_report(
     "Attribution benchmarks",
     "benchmarks/attribution.py",
     "docs/benchmarks/attribution.md",
-    {name: section for family in FAMILIES for name, section in family.SECTIONS.items()},
+    FAMILIES,
     f"trustlit {trustlit.__version__}",
 )
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = REPORT.parser(__doc__.splitlines()[0], "a smoke run: few rows, seeds, games, budgets, masks and instances")
-    parser.add_argument("--threads", type=int, default=1, help="torch and BLAS threads (default 1)")
-    parser.add_argument("--workdir", type=Path, default=Path("runs/benchmarks/attribution"), help="cached stages")
-    for family in FAMILIES:
-        family.add_arguments(parser)
-    return REPORT.parse(parser, argv)
-
-
+# One thread by default: on the shared 2-core machine a 300 x 29 least-squares solve took 8 ms with 2 torch threads
+# and 0.3 ms with 1 (OpenMP contention), which would swamp the per-explanation times of every estimator.
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    quiet()
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    # One thread by default: on the shared 2-core machine a 300 x 29 least-squares solve took 8 ms with 2 torch threads
-    # and 0.3 ms with 1 (OpenMP contention), which would swamp the per-explanation times of every estimator.
-    torch.set_num_threads(args.threads)
-    with threadpool_limits(args.threads):
-        REPORT.run(args)
+    run_families(
+        REPORT,
+        FAMILIES,
+        argv,
+        quick="a smoke run: few rows, seeds, games, budgets, masks and instances",
+        workdir="runs/benchmarks/attribution",
+        threads=1,
+    )
 
 
 if __name__ == "__main__":

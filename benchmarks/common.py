@@ -307,3 +307,28 @@ class Report:
 def comma_list(text: str) -> list[str]:
     """The non-empty items of a comma-separated option."""
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def family_report(title: str, script: str, output: str, families: Sequence[Any], versions: str = "") -> Report:
+    """The report composed of the section modules ``families`` (each exports ``SECTIONS`` and ``add_arguments``)."""
+    sections = {name: section for family in families for name, section in family.SECTIONS.items()}
+    return Report(title, script, output, sections, versions)
+
+
+def run_families(
+    report: Report, families: Sequence[Any], argv: Sequence[str] | None, *, quick: str, workdir: str, threads: int
+) -> None:
+    """Parse the composed script's options (its families' too, ``--threads``, ``--workdir``) and run its sections with
+    torch and BLAS limited to ``--threads``."""
+    from threadpoolctl import threadpool_limits
+
+    parser = report.parser(report.title, quick)
+    parser.add_argument("--threads", type=int, default=threads, help=f"torch and BLAS threads (default {threads})")
+    parser.add_argument("--workdir", type=Path, default=Path(workdir), help="cached stages")
+    for family in families:
+        family.add_arguments(parser)
+    args = report.parse(parser, argv)
+    quiet()
+    torch.set_num_threads(args.threads)
+    with threadpool_limits(args.threads):
+        report.run(args)

@@ -10,7 +10,6 @@ are cached under ``--workdir``, so a long run can be completed later: run it aga
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -18,34 +17,27 @@ if not __package__:  # run as benchmarks/interpret.py: import this repository's 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # another top-level "benchmarks")
 import trustlit
 from benchmarks import interpret_id, interpret_sae, interpret_tracing
-from benchmarks.common import Report, quiet
+from benchmarks.common import family_report, run_families
 
 FAMILIES = (interpret_sae, interpret_id, interpret_tracing)
-REPORT = Report(
+REPORT = family_report(
     "Interpretability benchmarks",
     "benchmarks/interpret.py",
     "docs/benchmarks/interpret.md",
-    {name: section for family in FAMILIES for name, section in family.SECTIONS.items()},
+    FAMILIES,
     f"trustlit {trustlit.__version__}",
 )
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = REPORT.parser(__doc__.splitlines()[0], "a smoke run: few steps, few points, few prompts")
-    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
-    parser.add_argument("--workdir", type=Path, default=Path("runs/benchmarks/interpret"), help="cached stages")
-    for family in FAMILIES:
-        family.add_arguments(parser)
-    return REPORT.parse(parser, argv)
-
-
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    quiet()
-    import torch
-
-    torch.set_num_threads(args.threads)
-    REPORT.run(args)
+    run_families(
+        REPORT,
+        FAMILIES,
+        argv,
+        quick="a smoke run: few steps, few points, few prompts",
+        workdir="runs/benchmarks/interpret",
+        threads=2,
+    )
 
 
 if __name__ == "__main__":
