@@ -51,6 +51,7 @@ from trustlit.attribution.shapley import (
 from trustlit.attribution.value import CountingValue, RestrictedValue, TabularValue, TokenValue, ValueFunction
 from trustlit.figures import log_to_wandb, new_figure, print_table, save_png
 from trustlit.hparams import NonNegativeInt, PositiveInt, check_arguments, plain_numbers
+from trustlit.interpret.tracing import answer_prefix, check_target, greedy_continuation, prompt_parts
 from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.prompts import PromptFormat
 
@@ -365,22 +366,6 @@ class TabularShapley(AnalysisModule):
         log_to_wandb(self.trainer, "shapley", header=header, rows=rows, images=[image])
 
 
-def greedy_continuation(model: Any, tokenizer: Any, prompt_ids: Sequence[int], num_tokens: int) -> str:
-    """The model's greedy continuation of ``prompt_ids``, ``num_tokens`` tokens at most, decoded."""
-    from trustlit.llm.scoring import evaluating, model_device
-
-    ids = torch.tensor([list(prompt_ids)], device=model_device(model))
-    with evaluating(model):
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=num_tokens,
-            do_sample=False,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-    return tokenizer.decode(out[0, ids.size(1) :], skip_special_tokens=True)
-
-
 class TokenInteractions(AnalysisModule):
     """ProxySPEX interactions of a causal LM's answer with the words of its question (module docstring).
 
@@ -420,17 +405,12 @@ class TokenInteractions(AnalysisModule):
     ) -> None:
         super().__init__(results_file=results_file)
         check_arguments(TokenInteractions.__init__, locals())
-        if target not in ("answer", "greedy"):
-            raise ValueError(f"TokenInteractions: target={target!r} is invalid, expected 'answer' or 'greedy'")
+        check_target("TokenInteractions", target, target_tokens)
         if context not in ("question", "passage"):
             raise ValueError(f"TokenInteractions: context={context!r} is invalid, expected 'question' or 'passage'")
         if context == "passage" and target != "greedy":
             raise ValueError(
                 "TokenInteractions: context='passage' explains the model's own answer: set target='greedy'"
-            )
-        if target == "greedy" and target_tokens is None:
-            raise ValueError(
-                "TokenInteractions: target='greedy' needs target_tokens (how many answer tokens to explain)"
             )
         if n_holdout < 2:
             raise ValueError(f"TokenInteractions: n_holdout={n_holdout} is invalid, expected at least 2 masks for R^2")
@@ -447,7 +427,6 @@ class TokenInteractions(AnalysisModule):
 
     def game(self, question: str, answer: str) -> TokenValue:
         """v(S) = log p(target | template(players S ...)) for one QA pair (module docstring)."""
-        from trustlit.interpret.tracing import prompt_parts
 
         hp = self.hparams
         if hp.context == "passage":  # reading comprehension: the record's answer is the passage the question follows
@@ -463,8 +442,7 @@ class TokenInteractions(AnalysisModule):
                 self.model, self.tokenizer, [*parts.prefix, *parts.question, *parts.suffix], hp.target_tokens
             )
         else:
-            ids = self.tokenizer(answer, add_special_tokens=False)["input_ids"]
-            target = answer if hp.target_tokens is None else self.tokenizer.decode(ids[: hp.target_tokens])
+            target = answer_prefix(self.tokenizer, answer, hp.target_tokens)
         return TokenValue(
             self.model,
             self.tokenizer,

@@ -460,12 +460,11 @@ def greedy_produces(
     return torch.cat(results)
 
 
-def greedy_answer_prefix(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, question: str, num_tokens: int, prompt_format: str
+def greedy_continuation(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt_ids: Sequence[int], num_tokens: int
 ) -> str:
-    """The first ``num_tokens`` tokens of the model's greedy answer to ``question``, decoded."""
-    parts = prompt_parts(tokenizer, question, prompt_format)
-    ids = torch.tensor([[*parts.prefix, *parts.question, *parts.suffix]], device=model_device(model))
+    """The model's greedy continuation of ``prompt_ids``, ``num_tokens`` tokens at most, decoded."""
+    ids = torch.tensor([list(prompt_ids)], device=model_device(model))
     with evaluating(model):
         out = model.generate(
             input_ids=ids,
@@ -475,6 +474,29 @@ def greedy_answer_prefix(
             pad_token_id=tokenizer.pad_token_id,
         )
     return tokenizer.decode(out[0, ids.size(1) :], skip_special_tokens=True)
+
+
+def greedy_answer_prefix(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, question: str, num_tokens: int, prompt_format: str
+) -> str:
+    """The first ``num_tokens`` tokens of the model's greedy answer to ``question``, decoded."""
+    parts = prompt_parts(tokenizer, question, prompt_format)
+    return greedy_continuation(model, tokenizer, [*parts.prefix, *parts.question, *parts.suffix], num_tokens)
+
+
+def answer_prefix(tokenizer: PreTrainedTokenizerBase, answer: str, num_tokens: int | None) -> str:
+    """``answer`` cut to its first ``num_tokens`` tokens (None: whole)."""
+    if num_tokens is None:
+        return answer
+    return tokenizer.decode(tokenizer(answer, add_special_tokens=False)["input_ids"][:num_tokens])
+
+
+def check_target(owner: str, target: str, target_tokens: int | None) -> None:
+    """``target`` is ``answer`` or ``greedy``, and ``greedy`` comes with ``target_tokens``; one-line errors."""
+    if target not in ("answer", "greedy"):
+        raise ValueError(f"{owner}: target={target!r} is invalid, expected 'answer' or 'greedy'")
+    if target == "greedy" and target_tokens is None:
+        raise ValueError(f"{owner}: target='greedy' needs target_tokens (how many tokens of the model's answer to use)")
 
 
 class SubsequenceTracing(AnalysisModule):
@@ -518,12 +540,7 @@ class SubsequenceTracing(AnalysisModule):
         check_arguments(SubsequenceTracing.__init__, locals())
         if not 0 <= rho < 1:
             raise ValueError(f"SubsequenceTracing: rho={rho!r} is invalid, expected a number in [0, 1)")
-        if target not in ("answer", "greedy"):
-            raise ValueError(f"SubsequenceTracing: target={target!r} is invalid, expected 'answer' or 'greedy'")
-        if target == "greedy" and target_tokens is None:
-            raise ValueError(
-                "SubsequenceTracing: target='greedy' needs target_tokens (how many answer tokens to trace)"
-            )
+        check_target("SubsequenceTracing", target, target_tokens)
         lm = CausalLMSpec.coerce(lm)
         self.save_hyperparameters()
         plain_numbers(self.hparams)
@@ -539,9 +556,7 @@ class SubsequenceTracing(AnalysisModule):
         hp = self.hparams
         if hp.target == "greedy":
             return greedy_answer_prefix(self.model, self.tokenizer, question, hp.target_tokens, hp.prompt_format)
-        if hp.target_tokens is None:
-            return answer
-        return self.tokenizer.decode(self.tokenizer(answer, add_special_tokens=False)["input_ids"][: hp.target_tokens])
+        return answer_prefix(self.tokenizer, answer, hp.target_tokens)
 
     def update(self, batch: dict[str, Any]) -> None:
         hp = self.hparams
