@@ -1,0 +1,219 @@
+"""Membership inference on language models: scorers over per-token log-probabilities, ROC metrics, and a Callback.
+
+Every scorer maps per-token log-probabilities ``logp`` [B, T] (``logp[i, t] = log p(x_t | x_<t)`` of sample i's
+actual next token) and a ``mask`` [B, T] (True/1 where the token counts, False/0 on padding and prompt) to a score
+[B], **higher = more likely a member**. With ``T_i = sum_t mask[i, t]`` the sample's token count:
+
+- LOSS (Yeom et al., 2018): ``s_i = (1/T_i) sum_t logp[i, t]``, the negative mean token NLL.
+- Min-K% (Shi et al., 2023, arXiv 2310.16789): the mean of the ``ceil(k T_i)`` smallest ``logp[i, t]``.
+- Min-K%++ (Zhang et al., 2024, arXiv 2404.02936): ``z[i, t] = (logp[i, t] - mu[i, t]) / sigma[i, t]`` with
+  ``mu = E_{v ~ p(.|x_<t)} log p(v | x_<t)`` and ``sigma^2 = Var_{v ~ p(.|x_<t)} log p(v | x_<t)``, then Min-K% of z.
+- zlib (Carlini et al., 2021, "Extracting Training Data from Large Language Models"): the log-perplexity over the
+  zlib entropy (compressed bytes) of the text, sign flipped: ``s_i = LOSS_i / zlib(text_i)``.
+- Reference (Carlini et al., 2021; Mireshghallah et al., 2022): ``s_i = LOSS_i(target) - LOSS_i(reference)``.
+
+Metrics: :func:`roc_auc` (P(s_member > s_non-member), ties 1/2), :func:`roc_curve` and :func:`tpr_at_fpr` (the
+best TPR of a test "member iff s >= threshold" with FPR <= the target, Carlini et al., 2022).
+Notes: docs/methods/membership_inference.md
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+
+import torch
+
+from trustlit.llm.prompts import IGNORE_INDEX
+from trustlit.llm.scoring import token_nll
+
+MIN_K = 0.2  # the issue's and open-unlearning's default; Min-K%++ sweeps k and reports k = 20% among others
+SIGMA_FLOOR = 1e-3  # sigma^2 >= 1e-6, open-unlearning's clamp: a one-hot next-token distribution has sigma = 0
+CEIL_TOLERANCE = 1e-9  # ceil(0.6 * 5) must be 3, not 4 from 3.0000000000000004
+
+Scores = torch.Tensor | Sequence[float]
+Labels = torch.Tensor | Sequence[bool] | Sequence[int]
+
+
+# --------------------------------------------------------------------------- input checks
+
+
+def _check_tokens(logp: torch.Tensor, mask: torch.Tensor, name: str = "logp") -> torch.Tensor:
+    """``mask`` as bool after checking shapes and values; every sample needs at least one token."""
+    if not isinstance(logp, torch.Tensor) or logp.dim() != 2 or not logp.is_floating_point():
+        shape = tuple(logp.shape) if isinstance(logp, torch.Tensor) else type(logp).__name__
+        raise ValueError(f"{name} must be a float tensor [B, T], got {shape}")
+    mask = torch.as_tensor(mask, device=logp.device)
+    if mask.shape != logp.shape:
+        raise ValueError(f"mask must have {name}'s shape {tuple(logp.shape)}, got {tuple(mask.shape)}")
+    if mask.dtype != torch.bool:
+        if ((mask != 0) & (mask != 1)).any():
+            raise ValueError(f"mask must be bool or 0/1, got values {sorted(set(mask.unique().tolist()))[:5]}")
+        mask = mask.bool()
+    empty = (~mask.any(dim=1)).nonzero().flatten()
+    if empty.numel():
+        raise ValueError(f"mask: samples {empty.tolist()[:10]} have no token (every sample needs one)")
+    return mask
+
+
+def _check_same_shape(tensor: torch.Tensor, logp: torch.Tensor, name: str) -> None:
+    if not isinstance(tensor, torch.Tensor) or tensor.shape != logp.shape:
+        shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+        raise ValueError(f"{name} must have logp's shape {tuple(logp.shape)}, got {shape}")
+
+
+def _check_k(k: float) -> None:
+    if isinstance(k, bool) or not isinstance(k, int | float) or not 0 < k <= 1:
+        raise ValueError(f"k={k!r} is invalid, expected a fraction in (0, 1]")
+
+
+# --------------------------------------------------------------------------- scorers
+
+
+def loss_score(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """LOSS [B]: the mean log-probability of each sample's tokens, ``(1/T_i) sum_t logp[i, t]`` (= -loss)."""
+    mask = _check_tokens(logp, mask)
+    total = torch.where(mask, logp, 0).sum(dim=1)  # where, not *: padding may hold -inf or NaN
+    return total / mask.sum(dim=1)
+
+
+def min_k_score(logp: torch.Tensor, mask: torch.Tensor, k: float = MIN_K) -> torch.Tensor:
+    """Min-K% [B]: the mean of the ``ceil(k T_i)`` lowest token log-probs of each sample (at least one token)."""
+    _check_k(k)
+    mask = _check_tokens(logp, mask)
+    lengths = mask.sum(dim=1)
+    counts = torch.ceil(k * lengths.double() - CEIL_TOLERANCE).clamp(min=1).long()
+    lowest_first = torch.where(mask, logp, math.inf).sort(dim=1).values
+    taken = torch.arange(logp.size(1), device=logp.device) < counts[:, None]
+    return torch.where(taken, lowest_first, 0).sum(dim=1) / counts
+
+
+def min_k_plus_plus_score(
+    logp: torch.Tensor, mu: torch.Tensor, sigma: torch.Tensor, mask: torch.Tensor, k: float = MIN_K
+) -> torch.Tensor:
+    """Min-K%++ [B]: Min-K% of ``z = (logp - mu) / sigma`` (sigma floored at ``SIGMA_FLOOR``).
+
+    ``mu``, ``sigma`` [B, T]: mean and standard deviation of ``log p(v | x_<t)`` for v drawn from the model's
+    next-token distribution at each position (:func:`token_statistics` computes all four from logits).
+    """
+    mask = _check_tokens(logp, mask)
+    _check_same_shape(mu, logp, "mu")
+    _check_same_shape(sigma, logp, "sigma")
+    if (torch.where(mask, sigma, 0) < 0).any():
+        raise ValueError("sigma must be >= 0 (a standard deviation), got negative values")
+    z = (logp - mu) / sigma.clamp(min=SIGMA_FLOOR)
+    return min_k_score(z, mask, k)
+
+
+def zlib_entropy(text: str) -> int:
+    """Bytes of the zlib-compressed UTF-8 text (Carlini et al.'s zlib entropy; at least 8 for the empty text)."""
+    return len(zlib.compress(text.encode("utf-8")))
+
+
+def zlib_score(logp: torch.Tensor, mask: torch.Tensor, texts: Sequence[str]) -> torch.Tensor:
+    """zlib [B]: ``LOSS_i / zlib(text_i)`` = -(log-perplexity / zlib entropy), so that higher means member."""
+    if isinstance(texts, str) or len(texts) != logp.shape[0]:
+        raise ValueError(f"texts must be one string per sample ({logp.shape[0]}), got {len(texts)} items")
+    entropy = torch.tensor([zlib_entropy(text) for text in texts], dtype=logp.dtype, device=logp.device)
+    return loss_score(logp, mask) / entropy
+
+
+def reference_score(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Reference [B]: the target's minus the reference model's mean token log-probability on the same tokens."""
+    _check_same_shape(ref_logp, logp, "ref_logp")
+    return loss_score(logp, mask) - loss_score(ref_logp, mask)
+
+
+# --------------------------------------------------------------------------- from a causal LM
+
+
+def token_statistics(
+    logits: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logp, mu, sigma, mask)`` [B, T-1] from logits [B, T, V] and labels [B, T] (IGNORE_INDEX where unscored).
+
+    Position t scores ``labels[:, t+1]`` under ``logits[:, t]``, the convention of
+    :func:`trustlit.llm.scoring.token_nll`; mu and sigma are the mean and standard deviation of the log-softmax
+    under its own softmax (``sum_v p_v log p_v`` and ``sqrt(sum_v p_v (log p_v - mu)^2)``), in float32.
+    """
+    log_probs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    probs = log_probs.exp()
+    mu = torch.where(probs > 0, probs * log_probs, 0).sum(dim=-1)
+    variance = torch.where(probs > 0, probs * (log_probs - mu[..., None]).square(), 0).sum(dim=-1)
+    logp = -token_nll(logits, labels)
+    return logp, mu, variance.sqrt(), labels[:, 1:] != IGNORE_INDEX
+
+
+def model_token_statistics(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`token_statistics` of one forward pass of a causal LM over a ``collate_qa`` batch."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return token_statistics(logits, batch["labels"])
+
+
+def pad_token_logprobs(rows: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logp, mask)`` [N, max T_i] from N ragged 1-D tensors of token log-probs (padding masked out)."""
+    if not rows:
+        raise ValueError("pad_token_logprobs needs at least one sample, got none")
+    lengths = torch.tensor([row.numel() for row in rows])
+    logp = torch.nn.utils.rnn.pad_sequence([row.flatten().float() for row in rows], batch_first=True)
+    return logp, torch.arange(logp.size(1)) < lengths[:, None]
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def _check_scores(scores: Scores, is_member: Labels) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores as float64 and labels as bool, 1-D, of one length, finite, with both classes present."""
+    scores = torch.as_tensor(scores, dtype=torch.float64).flatten()
+    labels = torch.as_tensor(is_member).flatten()
+    if scores.numel() != labels.numel():
+        raise ValueError(f"is_member must have one label per score, got {labels.numel()} for {scores.numel()}")
+    if labels.dtype != torch.bool:
+        if ((labels != 0) & (labels != 1)).any():
+            raise ValueError("is_member must be bool or 0/1")
+        labels = labels.bool()
+    if not torch.isfinite(scores).all():
+        raise ValueError(f"scores must be finite, got {int((~torch.isfinite(scores)).sum())} NaN or infinite")
+    members = int(labels.sum())
+    if members == 0 or members == labels.numel():
+        raise ValueError(f"needs members and non-members, got {members} members of {labels.numel()} samples")
+    return scores, labels
+
+
+def roc_auc(scores: Scores, is_member: Labels) -> float:
+    """ROC AUC: ``P(s_member > s_non-member) + P(tie) / 2`` over all member/non-member pairs (Mann–Whitney U)."""
+    scores, labels = _check_scores(scores, is_member)
+    ranks = _average_ranks(scores)
+    members, non_members = int(labels.sum()), int((~labels).sum())
+    u = ranks[labels].sum() - members * (members + 1) / 2
+    return float(u / (members * non_members))
+
+
+def _average_ranks(values: torch.Tensor) -> torch.Tensor:
+    """1-based ranks, tied values sharing the mean of their ranks."""
+    _, inverse, counts = torch.unique(values, return_inverse=True, return_counts=True)
+    ends = counts.cumsum(0).double()  # rank of the last copy of each distinct value
+    return (ends - (counts.double() - 1) / 2)[inverse]
+
+
+def roc_curve(scores: Scores, is_member: Labels) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(fpr, tpr, thresholds)`` of the tests "member iff score >= threshold", thresholds descending over the
+    distinct scores after a first ``+inf`` (FPR = TPR = 0): sklearn's ``roc_curve(drop_intermediate=False)``."""
+    scores, labels = _check_scores(scores, is_member)
+    thresholds = torch.unique(scores).flip(0)
+    at_or_above = scores[None, :] >= thresholds[:, None]  # [thresholds, samples]
+    tpr = (at_or_above & labels).sum(dim=1).double() / labels.sum()
+    fpr = (at_or_above & ~labels).sum(dim=1).double() / (~labels).sum()
+    zero = torch.zeros(1, dtype=torch.float64)
+    return torch.cat([zero, fpr]), torch.cat([zero, tpr]), torch.cat([zero + math.inf, thresholds])
+
+
+def tpr_at_fpr(scores: Scores, is_member: Labels, fpr: float = 0.01) -> float:
+    """The largest TPR among the thresholds whose FPR is <= ``fpr`` (0 when even the strictest exceeds it)."""
+    if isinstance(fpr, bool) or not isinstance(fpr, int | float) or not 0 <= fpr <= 1:
+        raise ValueError(f"fpr={fpr!r} is invalid, expected a rate in [0, 1]")
+    false_positive_rate, true_positive_rate, _ = roc_curve(scores, is_member)
+    return float(true_positive_rate[false_positive_rate <= fpr + CEIL_TOLERANCE].max())
