@@ -22,11 +22,22 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
+import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
+from transformers import PreTrainedTokenizerBase
 
+from trustlit.data.qa import QADataModule
+from trustlit.figures import log_to_wandb, new_figure, print_table, save_png
+from trustlit.hparams import OpenUnitInterval, PositiveInt, check_arguments
+from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.prompts import IGNORE_INDEX
-from trustlit.llm.scoring import token_nll
+from trustlit.llm.scoring import batches, evaluating, model_device, token_nll
+from trustlit.paths import write_json_atomic
 
 MIN_K = 0.2  # the issue's and open-unlearning's default; Min-K%++ sweeps k and reports k = 20% among others
 SIGMA_FLOOR = 1e-3  # sigma^2 >= 1e-6, open-unlearning's clamp: a one-hot next-token distribution has sigma = 0
@@ -217,3 +228,226 @@ def tpr_at_fpr(scores: Scores, is_member: Labels, fpr: float = 0.01) -> float:
         raise ValueError(f"fpr={fpr!r} is invalid, expected a rate in [0, 1]")
     false_positive_rate, true_positive_rate, _ = roc_curve(scores, is_member)
     return float(true_positive_rate[false_positive_rate <= fpr + CEIL_TOLERANCE].max())
+
+
+# --------------------------------------------------------------------------- the Callback
+
+SCORERS = ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")
+OUTPUT_NAME = "membership_inference.json"
+METRIC_PREFIX = "test/mia"
+
+
+def same_tokenizer(target: PreTrainedTokenizerBase, reference: PreTrainedTokenizerBase) -> None:
+    """Raise unless both tokenizers map every token to the same id (the reference test compares token by token)."""
+    target_vocab, reference_vocab = target.get_vocab(), reference.get_vocab()
+    if target_vocab == reference_vocab:
+        return
+    differing = sorted(set(target_vocab.items()) ^ set(reference_vocab.items()))[:3]
+    raise ValueError(
+        f"reference model tokenizer differs from the target's ({len(reference_vocab)} vs {len(target_vocab)} "
+        f"tokens; e.g. {differing}): the reference test needs the same tokenizer"
+    )
+
+
+def scored_texts(tokenizer: PreTrainedTokenizerBase, batch: dict[str, Any]) -> list[str]:
+    """The decoded scored tokens (labels != IGNORE_INDEX) of each sample: the text the zlib entropy measures."""
+    return [tokenizer.decode(row[row != IGNORE_INDEX].tolist(), skip_special_tokens=True) for row in batch["labels"]]
+
+
+def batch_scores(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    batch: dict[str, Any],
+    k: float = MIN_K,
+    reference: torch.nn.Module | None = None,
+) -> dict[str, torch.Tensor]:
+    """Every scorer's [B] scores of one batch from one forward pass of ``model`` (and one of ``reference``)."""
+    logp, mu, sigma, mask = model_token_statistics(model, batch)
+    scores = {
+        "loss": loss_score(logp, mask),
+        "zlib": zlib_score(logp, mask, scored_texts(tokenizer, batch)),
+        "min_k": min_k_score(logp, mask, k),
+        "min_k_plus_plus": min_k_plus_plus_score(logp, mu, sigma, mask, k),
+    }
+    if reference is not None:
+        ref_logits = reference(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        scores["reference"] = reference_score(logp, -token_nll(ref_logits, batch["labels"]), mask)
+    return {name: score.cpu() for name, score in scores.items()}
+
+
+def split_scores(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    samples: Sequence[dict[str, Any]],
+    batch_size: int,
+    k: float = MIN_K,
+    reference: torch.nn.Module | None = None,
+) -> dict[str, torch.Tensor]:
+    """Every scorer's [N] scores of encoded samples, in eval mode without gradients, on the model's device."""
+    device = model_device(model)
+    parts: dict[str, list[torch.Tensor]] = {}
+    with evaluating(model):
+        for batch in batches(samples, tokenizer, batch_size, device):
+            for name, score in batch_scores(model, tokenizer, batch, k, reference).items():
+                parts.setdefault(name, []).append(score)
+    return {name: torch.cat(scores) for name, scores in parts.items()}
+
+
+def membership_metrics(
+    member_scores: dict[str, torch.Tensor], non_member_scores: dict[str, torch.Tensor], fpr: float = 0.01
+) -> dict[str, dict[str, float]]:
+    """Per scorer: ``auc`` and ``tpr@<fpr>fpr`` of members (label 1) against non-members (label 0)."""
+    metrics = {}
+    for name, members in member_scores.items():
+        scores = torch.cat([members, non_member_scores[name]])
+        is_member = torch.arange(scores.numel()) < members.numel()
+        metrics[name] = {"auc": roc_auc(scores, is_member), tpr_key(fpr): tpr_at_fpr(scores, is_member, fpr)}
+    return metrics
+
+
+def tpr_key(fpr: float) -> str:
+    return f"tpr@{100 * fpr:g}%fpr"
+
+
+def overlap_count(members: Sequence[dict[str, Any]], non_members: Sequence[dict[str, Any]]) -> int:
+    """How many non-member samples have the token ids of some member sample (the same text, as scored)."""
+    seen = {tuple(sample["input_ids"]) for sample in members}
+    return sum(tuple(sample["input_ids"]) in seen for sample in non_members)
+
+
+def roc_figure(member_scores: dict[str, torch.Tensor], non_member_scores: dict[str, torch.Tensor]) -> Any:
+    """ROC curves of every scorer, linear and log-log (the low-FPR regime that TPR@1%FPR reads)."""
+    figure, (linear, log_log) = new_figure(ncols=2, figsize=(10, 4.5))
+    for name, members in member_scores.items():
+        scores = torch.cat([members, non_member_scores[name]])
+        fpr, tpr, _ = roc_curve(scores, torch.arange(scores.numel()) < members.numel())
+        auc = roc_auc(scores, torch.arange(scores.numel()) < members.numel())
+        for axes in (linear, log_log):
+            axes.plot(fpr.numpy(), tpr.numpy(), label=f"{name} (AUC {auc:.3f})", drawstyle="steps-post")
+    for axes in (linear, log_log):
+        axes.plot([1e-4, 1], [1e-4, 1], color="grey", linestyle=":", label="chance")
+        axes.set_xlabel("false positive rate")
+        axes.set_ylabel("true positive rate")
+    log_log.set_xscale("log")
+    log_log.set_yscale("log")
+    linear.legend(loc="lower right", fontsize="small")
+    linear.set_title("ROC")
+    log_log.set_title("ROC (log-log)")
+    return figure
+
+
+class MembershipInference(L.Callback):
+    """At test time, score member and non-member records of the trainer's QA DataModule with every scorer.
+
+    Members are the records of ``member_split`` (the split the model was fine-tuned on), non-members those of
+    ``non_member_split`` (records it never saw, from the same distribution), both read and encoded by the
+    trainer's :class:`~trustlit.data.QADataModule` (its source, prompt format, max length and ``max_samples``).
+    Logged per scorer s (LOSS, zlib, Min-K%, Min-K%++, and reference with a ``reference`` model):
+    ``test/mia/<s>/auc`` and ``test/mia/<s>/tpr@1%fpr``; printed as a table; written to
+    ``<default_root_dir>/membership_inference.json`` (metrics and per-sample scores) and
+    ``membership_inference_roc.png``; the table and the figure go to W&B when the trainer logs there.
+    A member split that overlaps the non-member split is warned about, with the overlap count.
+
+    Args:
+        member_split, non_member_split: split names of the DataModule's source.
+        reference: a second causal LM (:class:`~trustlit.llm.loading.CausalLMSpec`) for the reference test,
+            e.g. the model before fine-tuning; it must share the target's tokenizer. ``None``: no reference test.
+        k: the fraction of lowest-scoring tokens of Min-K% and Min-K%++.
+        fpr: the false positive rate of the TPR@FPR metric.
+        batch_size: scoring batch size.
+        output: the JSON path; default ``<trainer.default_root_dir>/membership_inference.json``.
+
+    Notes: docs/methods/membership_inference.md
+    """
+
+    def __init__(
+        self,
+        member_split: str = "retain90",
+        non_member_split: str = "forget10",
+        reference: CausalLMSpec | None = None,
+        k: float = MIN_K,
+        fpr: OpenUnitInterval = 0.01,
+        batch_size: PositiveInt = 8,
+        output: str | None = None,
+    ) -> None:
+        super().__init__()
+        check_arguments(MembershipInference.__init__, locals())
+        _check_k(k)
+        self.member_split = member_split
+        self.non_member_split = non_member_split
+        self.reference_spec = CausalLMSpec.coerce(reference) if reference is not None else None
+        self.k = float(k)
+        self.fpr = float(fpr)
+        self.batch_size = int(batch_size)
+        self.output = output
+        self.results: dict[str, dict[str, float]] = {}
+        self._reference: torch.nn.Module | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Check the DataModule and module, and load the reference model, before any training or testing."""
+        if stage != "test":
+            return
+        if not isinstance(trainer.datamodule, QADataModule):
+            raise ValueError(
+                f"{type(self).__name__} reads member and non-member records through a QADataModule; the trainer "
+                f"has {type(trainer.datamodule).__name__}"
+            )
+        if not hasattr(pl_module, "model") or not hasattr(pl_module, "tokenizer"):
+            raise ValueError(f"{type(self).__name__} scores `pl_module.model`: {type(pl_module).__name__} has none")
+        if self.reference_spec is not None and self._reference is None:
+            reference, reference_tokenizer = self.reference_spec.load()
+            same_tokenizer(pl_module.tokenizer, reference_tokenizer)
+            self._reference = reference.eval().requires_grad_(False)
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        data: QADataModule = trainer.datamodule
+        members = data.encode_split(self.member_split).samples
+        non_members = data.encode_split(self.non_member_split).samples
+        overlap = overlap_count(members, non_members)
+        if overlap:
+            rank_zero_warn(
+                f"{type(self).__name__}: {overlap} of {len(non_members)} non-member samples ({self.non_member_split}) "
+                f"are also members ({self.member_split}): the AUC understates what the test can tell apart"
+            )
+        if self._reference is not None:
+            self._reference.to(pl_module.device)
+        scored = [
+            split_scores(pl_module.model, pl_module.tokenizer, samples, self.batch_size, self.k, self._reference)
+            for samples in (members, non_members)
+        ]
+        self.results = membership_metrics(*scored, fpr=self.fpr)
+        for name, metrics in self.results.items():
+            for metric, value in metrics.items():
+                pl_module.log(f"{METRIC_PREFIX}/{name}/{metric}", value, rank_zero_only=True)
+        if trainer.is_global_zero:
+            self._write(trainer, *scored, overlap=overlap, counts=(len(members), len(non_members)))
+
+    def _write(
+        self,
+        trainer: L.Trainer,
+        member_scores: dict[str, torch.Tensor],
+        non_member_scores: dict[str, torch.Tensor],
+        overlap: int,
+        counts: tuple[int, int],
+    ) -> None:
+        output = Path(self.output) if self.output else Path(trainer.default_root_dir) / OUTPUT_NAME
+        output.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "method": type(self).__name__,
+            "metrics": self.results,
+            "splits": {"members": self.member_split, "non_members": self.non_member_split},
+            "counts": {"members": counts[0], "non_members": counts[1], "overlap": overlap},
+            "k": self.k,
+            "fpr": self.fpr,
+            "reference": asdict(self.reference_spec) if self.reference_spec is not None else None,
+            "scores": {
+                "members": {name: s.tolist() for name, s in member_scores.items()},
+                "non_members": {name: s.tolist() for name, s in non_member_scores.items()},
+            },
+        }
+        write_json_atomic(output, payload)
+        figure = save_png(roc_figure(member_scores, non_member_scores), output.with_name(output.stem + "_roc.png"))
+        header = ["scorer", "AUC", tpr_key(self.fpr).upper()]
+        rows = [[name, metrics["auc"], metrics[tpr_key(self.fpr)]] for name, metrics in self.results.items()]
+        print_table(f"membership inference: {self.member_split} vs {self.non_member_split}", header, rows)
+        log_to_wandb(trainer, METRIC_PREFIX, header=header, rows=rows, images=[figure])
