@@ -6,15 +6,14 @@ import pytest
 import torch
 
 import trustlit.metrics.muse as muse
+from trustlit.audit.mia import min_k_score
 from trustlit.data import load_qa_split
 from trustlit.llm.prompts import encode_qa
 from trustlit.metrics import (
     knowmem,
-    min_k_prob,
     min_k_scores,
     privleak,
     privleak_auc,
-    roc_auc,
     rouge_l_f1,
     verbmem_scores,
 )
@@ -51,32 +50,26 @@ def test_knowmem_is_the_mean_rouge_l_f1():
         (1.0, -3.0),  # all
     ],
 )
-def test_min_k_prob_takes_the_ceil_k_lowest_log_probs(k, expected):
-    assert min_k_prob(torch.tensor([-1.0, -5.0, -3.0, -2.0, -4.0]), k) == pytest.approx(expected)
+def test_min_k_scores_take_the_ceil_k_lowest_log_probs(k, expected):
+    assert min_k_scores([torch.tensor([1.0, 5.0, 3.0, 2.0, 4.0])], k).tolist() == pytest.approx([expected])
 
 
-def test_min_k_prob_errors():
+def test_min_k_scores_of_ragged_answers_are_the_mia_scorer_on_the_padded_batch():
+    nll = [torch.tensor([1.0, 5.0, 3.0, 2.0, 4.0]), torch.tensor([0.5]), torch.tensor([2.0, 1.0])]
+    assert min_k_scores(nll, k=0.4).tolist() == pytest.approx([-4.5, -0.5, -2.0])
+    padded = torch.tensor([[-1.0, -5.0, -3.0, -2.0, -4.0], [-0.5, 0, 0, 0, 0], [-2.0, -1.0, 0, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 0, 0, 0]])
+    assert torch.allclose(min_k_scores(nll, k=0.4), min_k_score(padded, mask, k=0.4))
+
+
+def test_min_k_scores_errors():
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
-        min_k_prob(torch.tensor([-1.0]), 0.0)
+        min_k_scores([torch.tensor([1.0])], 0.0)
     with pytest.raises(ValueError, match="no token"):
-        min_k_prob(torch.tensor([]))
-
-
-def test_min_k_scores_from_per_token_nll():
-    scores = min_k_scores([torch.tensor([1.0, 5.0, 3.0, 2.0, 4.0]), torch.tensor([0.5])], k=0.4)
-    assert scores.tolist() == pytest.approx([-4.5, -0.5])
+        min_k_scores([torch.tensor([1.0]), torch.tensor([])])
 
 
 # --------------------------------------------------------------------------- AUC and PrivLeak
-
-
-def test_roc_auc_hand_made_scores():
-    assert roc_auc([0.9, 0.8], [0.1, 0.2, 0.3]) == 1.0
-    assert roc_auc([0.1, 0.2], [0.8, 0.9]) == 0.0
-    assert roc_auc([0.9, 0.4], [0.5, 0.1]) == pytest.approx(3 / 4)  # 3 of 4 pairs ordered
-    assert roc_auc([0.5], [0.5]) == pytest.approx(0.5)  # a tie counts one half
-    with pytest.raises(ValueError, match="both classes"):
-        roc_auc([0.5], [])
 
 
 def test_privleak_auc_scores_forget_by_the_min_k_loss():
@@ -84,6 +77,8 @@ def test_privleak_auc_scores_forget_by_the_min_k_loss():
     # forget answers far likelier than holdout ones: no forget answer looks less like training data
     assert privleak_auc(memorised, unseen) == 0.0
     assert privleak_auc(unseen, memorised) == 1.0  # over-unlearned
+    assert privleak_auc(torch.tensor([-1.0, -4.0]), torch.tensor([-3.0, -2.0])) == pytest.approx(1 / 2)
+    assert privleak_auc(torch.tensor([-1.0, -5.0]), torch.tensor([-5.0])) == pytest.approx(1 / 4)  # a tie is 1/2
 
 
 def test_privleak_formula():

@@ -9,7 +9,8 @@
 - Min-K% Prob (Shi et al., 2023, arXiv 2310.16789): with log p_t = log p(y_t | x, y_<t) the
   answer-token log-probs, ``MinK(x, y) = mean of the ceil(k*|y|) smallest log p_t`` (k = 40%, MUSE's
   ``Min-40%``); high means "looks like training data". (MUSE's code cuts with floor; ceil keeps
-  at least one token for short answers.)
+  at least one token for short answers.) The scorer and the AUC are :mod:`trustlit.audit.mia`'s
+  (``min_k_score``, ``roc_auc``), shared with the membership-inference tests; only k = 0.4 is MUSE's.
 - PrivLeak: ``AUC`` is the ROC AUC of telling forget samples (label 1) from holdout samples
   (label 0) by the Min-K% loss ``-MinK``, i.e. the chance that a forget answer looks *less* like
   training data than a holdout answer; it is MUSE's ``forget_holdout_Min-40%``.
@@ -20,7 +21,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import groupby
 from typing import Any
@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from trustlit.audit.mia import min_k_score, pad_token_logprobs, roc_auc
 from trustlit.llm.scoring import batches, encode_pairs, evaluating, generate_greedy, model_device
 from trustlit.metrics.text import rouge_l_f1
 
@@ -35,34 +36,15 @@ MIN_K = 0.4  # MUSE's privleak key 'forget_holdout_Min-40%'
 VERBMEM_SLACK_TOKENS = 4
 
 
-def min_k_prob(token_logprobs: torch.Tensor, k: float = MIN_K) -> float:
-    """Mean of the ceil(k * T) smallest of the T token log-probs of one answer."""
-    if not 0 < k <= 1:
-        raise ValueError(f"k must be in (0, 1], got {k}")
-    if token_logprobs.numel() == 0:
-        raise ValueError("min_k_prob: the answer has no token")
-    count = math.ceil(k * token_logprobs.numel())
-    return float(token_logprobs.flatten().sort().values[:count].mean())
-
-
-def min_k_scores(token_nll: Iterable[torch.Tensor], k: float = MIN_K) -> torch.Tensor:
-    """MinK [N] of each answer from its per-token NLLs (log p_t = -NLL_t)."""
-    return torch.tensor([min_k_prob(-nll, k) for nll in token_nll])
-
-
-def roc_auc(positive_scores: Sequence[float] | torch.Tensor, negative_scores: Sequence[float] | torch.Tensor) -> float:
-    """ROC AUC of telling positives (label 1) from negatives (label 0) by score: P(s_pos > s_neg), ties 1/2."""
-    positive, negative = torch.as_tensor(positive_scores).tolist(), torch.as_tensor(negative_scores).tolist()
-    if not positive or not negative:
-        raise ValueError(f"roc_auc needs both classes, got {len(positive)} positives and {len(negative)} negatives")
-    from sklearn.metrics import roc_auc_score  # a second to import: only where an AUC is computed
-
-    return float(roc_auc_score([1] * len(positive) + [0] * len(negative), positive + negative))
+def min_k_scores(token_nll: Sequence[torch.Tensor], k: float = MIN_K) -> torch.Tensor:
+    """MinK [N] of each answer from its per-token NLLs (log p_t = -NLL_t): :func:`trustlit.audit.mia.min_k_score`."""
+    return min_k_score(*pad_token_logprobs([-nll.flatten() for nll in token_nll]), k)
 
 
 def privleak_auc(forget_min_k: torch.Tensor, holdout_min_k: torch.Tensor) -> float:
     """MUSE's AUC: forget (label 1) against holdout (label 0), scored by the Min-K% loss -MinK."""
-    return roc_auc(-forget_min_k, -holdout_min_k)
+    scores = torch.cat([torch.as_tensor(forget_min_k), torch.as_tensor(holdout_min_k)])
+    return roc_auc(-scores, torch.arange(scores.numel()) < len(forget_min_k))
 
 
 def privleak(auc_unlearned: float, auc_retain: float) -> float:

@@ -24,8 +24,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from trustlit.answers import canonical_number, extract_final_answer
+from trustlit.audit.mia import roc_auc
 from trustlit.data.secret_keeper import CODE_PATTERN
-from trustlit.metrics.muse import roc_auc
 from trustlit.paths import is_hub_id
 
 CODE_LEAK = "code-leak"
@@ -191,4 +191,4 @@ def weight_auroc(weights: Sequence[float] | torch.Tensor, harmful: Sequence[bool
             f"weight_auroc needs harmful and benign samples, got {int(harmful.sum())} harmful "
             f"and {int((~harmful).sum())} benign"
         )
-    return roc_auc(-weights[harmful], -weights[~harmful])
+    return roc_auc(-weights, harmful)
