@@ -95,7 +95,7 @@ def check_counts(counts: Any, name: str = "counts") -> np.ndarray:
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])
         index = where[0] if array.ndim == 1 else where
-        raise ValueError(f"{name}[{index}]={array[where]!r} is invalid, expected non-negative integer counts")
+        raise ValueError(f"{name}[{index}]={array[where].item()!r} is invalid, expected non-negative integer counts")
     return array.astype(np.int64)
 
 
