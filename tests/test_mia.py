@@ -318,3 +318,7 @@ def test_callback_bad_arguments():
         MembershipInference(fpr=1.5)
     with pytest.raises(ValueError, match="batch_size=0"):
         MembershipInference(batch_size=0)
+    with pytest.raises(ValueError, match="on='test' is invalid"):
+        MembershipInference(on="test")
+    with pytest.raises(ValueError, match="expected a non-empty list of"):
+        MembershipInference(on=["validate"])

@@ -235,6 +235,7 @@ def tpr_at_fpr(scores: Scores, is_member: Labels, fpr: float = 0.01) -> float:
 SCORERS = ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")
 OUTPUT_NAME = "membership_inference.json"
 METRIC_PREFIX = "test/mia"
+TRIGGERS = ("test", "fit_end")
 
 
 def same_tokenizer(target: PreTrainedTokenizerBase, reference: PreTrainedTokenizerBase) -> None:
@@ -337,7 +338,8 @@ def roc_figure(member_scores: dict[str, torch.Tensor], non_member_scores: dict[s
 
 
 class MembershipInference(L.Callback):
-    """At test time, score member and non-member records of the trainer's QA DataModule with every scorer.
+    """After test (and/or at the end of fit), score member and non-member records of the trainer's QA DataModule
+    with every scorer.
 
     Members are the records of ``member_split`` (the split the model was fine-tuned on), non-members those of
     ``non_member_split`` (records it never saw, from the same distribution), both read and encoded by the
@@ -356,6 +358,9 @@ class MembershipInference(L.Callback):
         fpr: the false positive rate of the TPR@FPR metric.
         batch_size: scoring batch size.
         output: the JSON path; default ``<trainer.default_root_dir>/membership_inference.json``.
+        on: when to audit: ``test`` (at the end of the test epoch, logged through the module, so ``trainer.test``
+            returns the metrics) and/or ``fit_end`` (after fine-tuning, logged to every logger): one ``trustlit fit``
+            then trains on the members and audits the result.
 
     Notes: docs/methods/membership_inference.md
     """
@@ -369,10 +374,14 @@ class MembershipInference(L.Callback):
         fpr: OpenUnitInterval = 0.01,
         batch_size: PositiveInt = 8,
         output: str | None = None,
+        on: Sequence[str] = ("test",),
     ) -> None:
         super().__init__()
         check_arguments(MembershipInference.__init__, locals())
         _check_k(k)
+        if isinstance(on, str) or not on or any(trigger not in TRIGGERS for trigger in on):
+            raise ValueError(f"on={on!r} is invalid, expected a non-empty list of {TRIGGERS}")
+        self.on = tuple(on)
         self.member_split = member_split
         self.non_member_split = non_member_split
         self.reference_spec = CausalLMSpec.coerce(reference) if reference is not None else None
@@ -385,7 +394,7 @@ class MembershipInference(L.Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Check the DataModule and module, and load the reference model, before any training or testing."""
-        if stage != "test":
+        if {"fit": "fit_end", "test": "test"}.get(stage) not in self.on:
             return
         if not isinstance(trainer.datamodule, QADataModule):
             raise ValueError(
@@ -400,6 +409,18 @@ class MembershipInference(L.Callback):
             self._reference = reference.eval().requires_grad_(False)
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if "test" in self.on:
+            for name, value in self.run(trainer, pl_module).items():
+                pl_module.log(name, value, rank_zero_only=True)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if "fit_end" in self.on:  # Lightning refuses self.log here: straight to the loggers
+            metrics = self.run(trainer, pl_module)
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+
+    def run(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+        """Score both splits, keep ``self.results``, write the files on rank 0; the metrics by their logged name."""
         data: QADataModule = trainer.datamodule
         members = data.encode_split(self.member_split).samples
         non_members = data.encode_split(self.non_member_split).samples
@@ -416,11 +437,13 @@ class MembershipInference(L.Callback):
             for samples in (members, non_members)
         ]
         self.results = membership_metrics(*scored, fpr=self.fpr)
-        for name, metrics in self.results.items():
-            for metric, value in metrics.items():
-                pl_module.log(f"{METRIC_PREFIX}/{name}/{metric}", value, rank_zero_only=True)
         if trainer.is_global_zero:
             self._write(trainer, *scored, overlap=overlap, counts=(len(members), len(non_members)))
+        return {
+            f"{METRIC_PREFIX}/{name}/{metric}": value
+            for name, metrics in self.results.items()
+            for metric, value in metrics.items()
+        }
 
     def _write(
         self,
