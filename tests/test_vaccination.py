@@ -1,0 +1,329 @@
+"""Private vaccination (trustlit/privacy/vaccination.py): hand-made covers, guarantees over seeds, the privacy of one
+exponential-mechanism step (Monte Carlo with Clopper–Pearson bounds), SIR closed cases, bad input, the contact
+networks and the analysis module under a Trainer."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import networkx as nx
+import numpy as np
+import pytest
+from helpers import quiet_trainer
+
+from trustlit.audit.bounds import cp_lower, cp_upper
+from trustlit.data.contact_networks import ContactNetworkDataModule, contact_network, graph_from_batch, load_edge_list
+from trustlit.privacy.vaccination import (
+    MAX_DEGREE_UNITS,
+    contact_graph,
+    explicit_bound,
+    exponential_step,
+    exponential_step_probabilities,
+    geometric_lengths,
+    greedy_max_degree,
+    greedy_spectral_radius,
+    max_degree_after,
+    max_degree_cover,
+    per_step_epsilon,
+    private_max_degree,
+    private_mul_set,
+    private_spectral_radius,
+    simulate_sir,
+    spectral_cover,
+    spectral_radius_after,
+    spectral_units,
+)
+
+KARATE = nx.karate_club_graph()
+
+
+# --- greedy against hand answers ------------------------------------------------------------------------------
+
+
+def test_greedy_max_degree_on_a_star_vaccinates_the_centre():
+    star = nx.star_graph(6)  # centre 0, leaves 1..6
+    assert greedy_max_degree(star, 1) == {0}
+    assert greedy_max_degree(star, 6) == set()
+
+
+def test_greedy_max_degree_on_paths():
+    # P5, D = 1: r = (0, 1, 1, 1, 0), u = (1, 2, 3, 2, 1): node 2 covers everyone
+    assert greedy_max_degree(nx.path_graph(5), 1) == {2}
+    # P4, D = 0 (a vertex cover): u = (2, 4, 4, 2), node 1 first (tie), then node 2 (tie with 3)
+    assert greedy_max_degree(nx.path_graph(4), 0) == {1, 2}
+
+
+def test_greedy_spectral_radius_on_a_star():
+    # K_{1,4}: lambda = 2; rho = 1.5 needs every s_v <= 2; s = 4 everywhere; u(centre) = 2 + 4 * min(4, 2) = 10
+    star = nx.star_graph(4)
+    assert spectral_radius_after(star, []) == pytest.approx(2.0)
+    assert greedy_spectral_radius(star, 1.5) == {0}
+
+
+def test_greedy_solutions_meet_their_targets():
+    for D in (0, 3, 8):
+        assert max_degree_after(KARATE, greedy_max_degree(KARATE, D)) <= D
+    for rho in (1.0, 2.5, 4.0):
+        assert spectral_radius_after(KARATE, greedy_spectral_radius(KARATE, rho)) <= rho + 1e-9
+
+
+# --- the private algorithms: guarantees over seeds ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("D", [0, 2, 6])
+def test_implicit_max_degree_is_always_satisfied(D):
+    graph = nx.barabasi_albert_graph(150, 3, seed=1)
+    for seed in range(15):
+        for G in (KARATE, graph):
+            removed = private_max_degree(G, D, 1.0, 1e-6, explicit=False, seed=seed)
+            assert max_degree_after(G, removed) <= D
+
+
+def test_implicit_spectral_radius_is_always_satisfied():
+    for seed, rho in itertools.product(range(10), (1.5, 3.0)):
+        removed = private_spectral_radius(KARATE, rho, 2.0, 1e-6, seed=seed, degree_bound=17)
+        assert spectral_radius_after(KARATE, removed) <= rho + 1e-9
+
+
+def test_implicit_solution_is_the_sets_each_node_takes_first():
+    """The sets of positive utility when drawn are the union over nodes v of the first sets of the permutation that
+    cover v until r_v is met (the paper's implicit rule), computed here directly."""
+    graph = contact_graph(KARATE)
+    cover = max_degree_cover(graph, 3)
+    m = cover.multiplicity.toarray()
+    for seed in range(5):
+        permutation = private_mul_set(cover, 1.0, 1e-3, np.random.default_rng(seed))
+        taken = set()
+        for v, need in enumerate(cover.requirement):
+            got = 0
+            for s in permutation.order:
+                if got >= need:
+                    break
+                if m[s, v] > 0:
+                    taken.add(int(s))
+                    got += m[s, v]
+        assert set(permutation.implicit_solution().tolist()) == taken
+        assert sorted(permutation.order.tolist()) == list(range(graph.n))
+
+
+def test_explicit_max_degree_within_the_additive_bound_with_its_probability():
+    """Max degree <= D + alpha with probability >= 1 - beta (Dwork & Roth Thm 3.24): the violation rate over 100
+    seeds must not be significantly above beta (one-sided Clopper–Pearson, 99 %)."""
+    G, D, epsilon, beta, runs = nx.barabasi_albert_graph(300, 3, seed=2), 8, 40.0, 0.1, 100
+    alpha = explicit_bound(len(geometric_lengths(300)), epsilon / 2, beta)
+    assert alpha < 10  # a bound that says something at this epsilon
+    violations = sum(
+        max_degree_after(G, private_max_degree(G, D, epsilon, 1e-3, explicit=True, seed=s)) > D + alpha
+        for s in range(runs)
+    )
+    assert cp_lower(violations, runs, 0.01) <= beta
+
+
+def test_explicit_spectral_radius_is_a_prefix_that_usually_meets_the_target():
+    removed = private_spectral_radius(KARATE, 3.0, 50.0, 1e-3, seed=0, explicit=True, degree_bound=17)
+    alpha = explicit_bound(len(geometric_lengths(34)), 25.0, 0.1)
+    assert spectral_radius_after(KARATE, removed) <= 3.0 + alpha
+
+
+def test_seeds_reproduce_and_differ():
+    first = private_max_degree(KARATE, 4, 1.0, 1e-6, explicit=False, seed=3)
+    assert private_max_degree(KARATE, 4, 1.0, 1e-6, explicit=False, seed=3) == first
+    others = {frozenset(private_max_degree(KARATE, 4, 1.0, 1e-6, explicit=False, seed=s)) for s in range(6)}
+    assert len(others) > 1
+    assert simulate_sir(KARATE, first, 0.2, 0.3, seeds=2, runs=50, seed=5) == simulate_sir(
+        KARATE, first, 0.2, 0.3, seeds=2, runs=50, seed=5
+    )
+
+
+# --- privacy of one exponential-mechanism step ----------------------------------------------------------------
+
+
+def non_edges(G: nx.Graph) -> list[tuple[int, int]]:
+    return [(u, v) for u, v in itertools.combinations(G.nodes, 2) if not G.has_edge(u, v)]
+
+
+def with_edge(G: nx.Graph, edge: tuple[int, int]) -> nx.Graph:
+    H = G.copy()
+    H.add_edge(*edge)
+    return H
+
+
+def test_one_edge_moves_max_degree_utilities_up_by_at_most_two_and_the_instance_by_six_units():
+    base = max_degree_cover(contact_graph(KARATE), 4)
+    for edge in non_edges(KARATE):
+        grown = max_degree_cover(contact_graph(with_edge(KARATE, edge)), 4)
+        change = grown.utilities() - base.utilities()
+        assert change.min() >= 0 and change.max() <= 2
+        units = np.abs(grown.requirement - base.requirement).sum() + abs(grown.multiplicity - base.multiplicity).sum()
+        assert units <= MAX_DEGREE_UNITS
+
+
+def test_one_edge_moves_the_spectral_instance_by_at_most_its_units():
+    base = spectral_cover(contact_graph(KARATE), 3.0)
+    for edge in non_edges(KARATE)[::5]:
+        grown_graph = with_edge(KARATE, edge)
+        grown = spectral_cover(contact_graph(grown_graph), 3.0)
+        units = np.abs(grown.requirement - base.requirement).sum() + abs(grown.multiplicity - base.multiplicity).sum()
+        assert units <= spectral_units(max(d for _, d in grown_graph.degree))
+
+
+def step_counts(G: nx.Graph, D: int, epsilon: float, delta: float, draws: int) -> np.ndarray:
+    """How often each node is PrivateMulSet's first pick, over ``draws`` seeds (the whole algorithm runs)."""
+    cover = max_degree_cover(contact_graph(G), D)
+    firsts = [private_mul_set(cover, epsilon, delta, np.random.default_rng(s)).order[0] for s in range(draws)]
+    return np.bincount(firsts, minlength=G.number_of_nodes())
+
+
+def test_first_exponential_step_respects_its_epsilon_on_neighbouring_graphs():
+    """P[first pick = S | G] <= e^{eps_step} P[first pick = S | G'] both ways, G' = G + one edge, eps_step = 2 eps'
+    (utilities move by <= 2, all in one direction). Monte Carlo over seeds with one-sided Clopper–Pearson bounds
+    (Bonferroni over every set and both directions, 99 % overall). The same counts must also tell G from G'
+    (a test that cannot fail would show nothing)."""
+    G = nx.Graph([(0, 1), (0, 2), (0, 3), (0, 4), (4, 5), (5, 6), (6, 7), (7, 4)])
+    G_prime = with_edge(G, (0, 5))
+    epsilon, delta, D, draws = 12.0, 0.05, 1, 1500
+    scale = per_step_epsilon(epsilon, delta)
+    bound = math.exp(2 * scale)
+    exact = [
+        exponential_step_probabilities(max_degree_cover(contact_graph(H), D).utilities(), scale) for H in (G, G_prime)
+    ]
+    assert np.max(np.maximum(exact[0] / exact[1], exact[1] / exact[0])) <= bound + 1e-12
+    counts = [step_counts(H, D, epsilon, delta, draws) for H in (G, G_prime)]
+    alpha = 0.01 / (2 * 2 * G.number_of_nodes())  # each ratio bound uses two one-sided bounds
+    ratios = []
+    for a, b in ((0, 1), (1, 0)):
+        for s in range(G.number_of_nodes()):
+            upper = cp_upper(int(counts[b][s]), draws, alpha)
+            ratios.append(cp_lower(int(counts[a][s]), draws, alpha) / upper)
+    assert max(ratios) <= bound
+    assert max(ratios) > 1.0  # the step's output does depend on the edge, detectably
+
+
+def test_exponential_step_samples_its_probabilities():
+    utility, scale, draws = np.array([0.0, 1.0, 3.0, 3.0]), 0.7, 20000
+    rng = np.random.default_rng(0)
+    counts = np.bincount([exponential_step(utility, scale, rng) for _ in range(draws)], minlength=4)
+    p = exponential_step_probabilities(utility, scale)
+    for k, q in zip(counts, p, strict=True):
+        assert cp_lower(int(k), draws, 0.001) <= q <= cp_upper(int(k), draws, 0.001)
+
+
+# --- SIR ----------------------------------------------------------------------------------------------------------
+
+
+def test_sir_without_transmission_infects_only_the_seeds():
+    assert simulate_sir(KARATE, [], 0.0, 0.5, seeds=3, runs=20) == pytest.approx(3 / 34)
+
+
+def test_sir_vaccinated_nodes_never_infect_or_get_infected():
+    path = nx.path_graph(3)
+    assert simulate_sir(path, {1}, 1.0, 1.0, seeds=[0], runs=10) == pytest.approx(1 / 3)
+    assert simulate_sir(nx.path_graph(5), [], 1.0, 1.0, seeds=[0], runs=4) == pytest.approx(1.0)
+
+
+def test_sir_complete_vaccination_gives_no_outbreak():
+    assert simulate_sir(KARATE, set(KARATE.nodes), 0.9, 0.1, seeds=1, runs=10) == 0.0
+
+
+def test_sir_vaccinating_hubs_shrinks_the_outbreak():
+    G = nx.barabasi_albert_graph(500, 3, seed=0)
+    before = simulate_sir(G, [], 0.2, 0.3, seeds=3, runs=40)
+    after = simulate_sir(G, greedy_max_degree(G, 5), 0.2, 0.3, seeds=3, runs=40)
+    assert after < before / 2
+
+
+# --- bad input ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: greedy_max_degree(nx.DiGraph([(0, 1)]), 1), "G is directed: an undirected graph is required"),
+        (lambda: greedy_max_degree(nx.Graph([(0, 0), (0, 1)]), 1), "G has 1 self-loops"),
+        (lambda: greedy_max_degree(nx.MultiGraph([(0, 1), (0, 1)]), 1), "G is a multigraph"),
+        (lambda: greedy_max_degree(KARATE, -1), "D=-1 is invalid, expected an integer degree target >= 0"),
+        (lambda: private_max_degree(KARATE, 1.5, 1.0, 1e-6), "D=1.5 is invalid"),
+        (lambda: private_max_degree(KARATE, 2, 0.0, 1e-6), "epsilon must be a finite number > 0, got 0.0"),
+        (lambda: private_max_degree(KARATE, 2, 1.0, 0.0), r"delta must lie in the open interval \(0, 1\), got 0.0"),
+        (lambda: private_spectral_radius(KARATE, 2.0, 1.0, 1.0), r"delta must lie in the open interval \(0, 1\)"),
+        (lambda: greedy_spectral_radius(KARATE, -1.0), "rho=-1.0 is invalid"),
+        (lambda: private_spectral_radius(KARATE, 2.0, 1.0, 1e-6, degree_bound=3), "degree_bound=3 is invalid"),
+        (lambda: simulate_sir(KARATE, [], 1.5, 0.2, seeds=1, runs=2), "beta=1.5 is invalid"),
+        (lambda: simulate_sir(KARATE, [], 0.5, 0.0, seeds=1, runs=2), "gamma=0 is invalid"),
+        (lambda: simulate_sir(KARATE, [0], 0.5, 0.5, seeds=[0], runs=2), "seeds: 1 of the given seed nodes"),
+        (lambda: simulate_sir(KARATE, [99], 0.5, 0.5, seeds=1, runs=2), "removed holds 1 nodes not in the graph"),
+        (lambda: simulate_sir(KARATE, [], 0.5, 0.5, seeds=40, runs=2), "seeds=40 is invalid"),
+    ],
+)
+def test_bad_input_is_refused_in_one_line(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+# --- contact networks ---------------------------------------------------------------------------------------------
+
+
+def test_contact_networks_are_simple_and_seeded():
+    sizes = {"karate": (34, 78), "les_miserables": (77, 254), "florentine": (15, 20), "davis": (32, 89)}
+    for name, (n, m) in sizes.items():
+        G = contact_network(name)
+        assert (G.number_of_nodes(), G.number_of_edges()) == (n, m) and nx.number_of_selfloops(G) == 0
+    for name in ("barabasi_albert", "chung_lu", "bter"):
+        G = contact_network(name, nodes=1000, seed=4)
+        assert G.number_of_nodes() == 1000 and nx.number_of_selfloops(G) == 0
+        assert nx.utils.graphs_equal(G, contact_network(name, nodes=1000, seed=4))
+    assert nx.average_clustering(contact_network("bter", nodes=1000)) > 3 * nx.average_clustering(
+        contact_network("chung_lu", nodes=1000)
+    )
+
+
+def test_edge_list_loader_and_its_errors(tmp_path):
+    path = tmp_path / "contacts.txt"
+    path.write_text("# who met whom\nann bob 3\nbob cid\n\nann bob\n", encoding="utf-8")
+    G = load_edge_list(path)
+    assert G.number_of_nodes() == 3 and G.number_of_edges() == 2
+    with pytest.raises(FileNotFoundError, match=r"missing\.txt"):
+        load_edge_list(tmp_path / "missing.txt")
+    path.write_text("ann bob\ncid\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"contacts\.txt:2: malformed line"):
+        load_edge_list(path)
+    path.write_text("ann ann\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"contacts\.txt:1: self-loop"):
+        load_edge_list(path)
+    with pytest.raises(ValueError, match="graph='petersen' is invalid"):
+        contact_network("petersen")
+
+
+def test_data_module_hands_the_graph_over():
+    batch = next(iter(ContactNetworkDataModule("florentine").test_dataloader()))
+    assert batch["num_nodes"] == 15 and tuple(batch["edge_index"].shape) == (2, 20) and batch["name"] == "florentine"
+    assert nx.utils.graphs_equal(graph_from_batch(batch), contact_network("florentine"))
+
+
+# --- the analysis module ----------------------------------------------------------------------------------------
+
+
+def test_private_vaccination_runs_under_a_trainer(tmp_path):
+    from trustlit.privacy.vaccination_analysis import PrivateVaccination
+
+    module = PrivateVaccination(
+        objectives=["max_degree", "spectral_radius"],
+        epsilons=[1.0, 8.0],
+        seeds=2,
+        sir_runs=10,
+        degree_target=4,
+        spectral_target=3.0,
+    )
+    trainer = quiet_trainer(default_root_dir=tmp_path)
+    trainer.test(module, datamodule=ContactNetworkDataModule("karate"))
+    results = json.loads((tmp_path / "vaccination.json").read_text())
+    assert (tmp_path / "vaccination.png").is_file()
+    rows = results["rows"]
+    strategies = {(r["objective"], r["strategy"]) for r in rows}
+    assert ("max_degree", "greedy") in strategies and ("spectral_radius", "private_explicit") in strategies
+    for row in rows:
+        if row["strategy"] in ("greedy", "private_implicit") and row["objective"] == "max_degree":
+            assert row["max_reached"] <= 4
+        assert 0 <= row["outbreak"] <= 1
