@@ -4,6 +4,7 @@ private estimators (and of their noise-off variants, which must fail them)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -204,3 +205,58 @@ def test_canary_audit_stays_below_the_claim_and_catches_noise_off(name):
     private = audit_bound(lambda x, seed: estimator(x, claimed, seed=seed))
     broken = audit_bound(lambda x, seed: estimator(x, claimed, seed=seed, noise=False))
     assert private < claimed < broken
+
+
+def run_analysis(tmp_path, datamodule, **options):
+    from helpers import quiet_trainer
+
+    from trustlit.privacy.distribution_analysis import PrivateDistributionEstimation
+
+    module = PrivateDistributionEstimation(**options)
+    quiet_trainer(default_root_dir=tmp_path).test(module, datamodule=datamodule)
+    return module, json.loads((tmp_path / "distribution.json").read_text())
+
+
+def test_analysis_module_counts_the_batches_and_scores_each_estimator(tmp_path):
+    from trustlit.data.distribution_samples import DistributionSamples
+
+    data = DistributionSamples(source="power_law", d=50, beta=1.0, n=3000, batch_size=256, seed=4)
+    _, results = run_analysis(tmp_path, data, epsilons=[1.0, 10.0], draws=4, fractions=[1.0, 0.1])
+    counts = np.bincount(data.samples.numpy(), minlength=50)
+    assert results["n"] == counts.sum() and results["d"] == 50
+    # 2 non-private + 3 private x 2 epsilons, at 2 fractions
+    assert len(results["table"]) == 2 * (2 + 3 * 2)
+    # add-constant is deterministic: its KL at the whole sample is the closed form's
+    assert results["kl/add_constant"] == pytest.approx(kl_divergence(data.probabilities, add_constant(counts)))
+    assert results["kl/dp_good_turing/eps=10"] > 0 and (tmp_path / "distribution.png").is_file()
+
+
+def test_analysis_module_without_a_truth_writes_the_estimates(tmp_path):
+    import lightning as L
+    import torch
+    from torch.utils.data import DataLoader
+
+    class Symbols(L.LightningDataModule):
+        d = 3
+
+        def test_dataloader(self) -> DataLoader:
+            return DataLoader(torch.tensor([0, 0, 1, 0, 2, 0]), batch_size=4)
+
+    _, results = run_analysis(tmp_path, Symbols(), estimators=["add_constant"], draws=2, fractions=[1.0])
+    assert results["table"] == [] and results["estimates"]["add_constant"] == pytest.approx([4.5 / 7.5, 1 / 5, 1 / 5])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"epsilons": [0.0]}, "epsilon=0.0 is invalid"),
+        ({"fractions": [1.5]}, "fraction=1.5 is invalid"),
+        ({"estimators": ["dp_magic"]}, "estimators=\\['dp_magic'\\] is invalid"),
+        ({"draws": 0}, "draws=0 is invalid"),
+    ],
+)
+def test_analysis_module_bad_arguments(options, message):
+    from trustlit.privacy.distribution_analysis import PrivateDistributionEstimation
+
+    with pytest.raises(ValueError, match=message):
+        PrivateDistributionEstimation(**options)
