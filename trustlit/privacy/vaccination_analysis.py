@@ -125,9 +125,10 @@ def strategy_row(
             )
         )
     row: dict[str, Any] = {"objective": objective, "strategy": strategy, "epsilon": epsilon, "runs": len(seeds)}
-    for name, values in (("budget", budget), ("max_reached", value), ("outbreak", outbreak), ("seconds", seconds)):
+    per_seed = {"budget": budget, "max_reached": value, "outbreak": outbreak, "seconds": seconds}
+    for name, values in per_seed.items():
         row[name], row[f"{name}_std"] = _mean_std(values)
-    return row
+    return {**row, "per_seed": per_seed}
 
 
 def unvaccinated_row(G: nx.Graph, objective: str, setting: VaccinationSetting) -> dict[str, Any]:
