@@ -37,14 +37,17 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from trustlit.analysis import AnalysisModule
 from trustlit.audit.mia import (
     loss_score,
     min_k_plus_plus_score,
@@ -56,6 +59,16 @@ from trustlit.audit.mia import (
     zlib_score,
 )
 from trustlit.audit.neighbourhood import Neighbourhood
+from trustlit.figures import log_to_wandb, new_figure, print_table, save_png
+from trustlit.hparams import (
+    ClosedUnitInterval,
+    OpenUnitInterval,
+    PositiveFloat,
+    PositiveInt,
+    check_arguments,
+    plain_numbers,
+)
+from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.prompts import encode_qa, stop_token_ids
 from trustlit.llm.scoring import answer_nll, batches, encode_pairs, evaluating, model_device
 
@@ -397,7 +410,7 @@ def membership_scores(
     return {name: torch.cat(values) for name, values in scores.items()}
 
 
-def test_metrics(scores: dict[str, torch.Tensor], is_member: torch.Tensor, fpr: float = 0.01) -> dict[str, dict]:
+def mia_metrics(scores: dict[str, torch.Tensor], is_member: torch.Tensor, fpr: float = 0.01) -> dict[str, dict]:
     """AUC and TPR at ``fpr`` of every test."""
     return {
         name: {"auc": roc_auc(s, is_member), "tpr_at_fpr": tpr_at_fpr(s, is_member, fpr)} for name, s in scores.items()
@@ -460,8 +473,6 @@ def run_poisoning_experiment(
         _check_goal(goal)
     overlap = {r["answer"] for r in members} & {r["answer"] for r in non_members}
     if overlap:
-        import warnings
-
         warnings.warn(f"{len(overlap)} answers are both members and non-members: the split overlaps", stacklevel=2)
     attack, training = dict(attack or {}), {"seed": seed, **(training or {})}
     base, tokenizer = load_model()
@@ -502,8 +513,8 @@ def run_poisoning_experiment(
         for test in results["clean"]
     }
     return PoisoningExperiment(
-        clean=test_metrics(results["clean"], is_member, fpr),
-        poisoned=test_metrics(results["poisoned"], is_member, fpr),
+        clean=mia_metrics(results["clean"], is_member, fpr),
+        poisoned=mia_metrics(results["poisoned"], is_member, fpr),
         clean_scores={t: s.tolist() for t, s in results["clean"].items()},
         poisoned_scores={t: s.tolist() for t, s in results["poisoned"].items()},
         targets=targets,
@@ -513,9 +524,150 @@ def run_poisoning_experiment(
     )
 
 
+class MIAPoisoning(AnalysisModule):
+    """The poisoning attack on membership inference, end to end, under ``trustlit test`` (module docstring).
+
+    The data module's first evaluation split holds the members, its second the non-members (a TOFU-style
+    :class:`~trustlit.data.QADataModule` with ``eval_splits: [members, non_members]``). ``compute`` crafts ``budget``
+    poisons per target with the base model ``lm``, fine-tunes a copy of it on the members (clean) and another on
+    members + poisons (poisoned), and reports every test's AUC and TPR at ``fpr`` on both, the share of targets whose
+    decision flipped, and the members' NLL (utility). Writes the JSON results, a PNG of the AUCs, a printed table, and
+    the same to W&B. Notes: docs/methods/mia_poisoning.md
+
+    Args:
+        lm: the base model: the attacker's surrogate, the model fine-tuned, and the reference model.
+        goals: ``false_negative`` (poisons for members) and/or ``false_positive`` (for non-members).
+        targets_per_goal: how many members / non-members are targeted (the first ones; None: all).
+        budget: poisons per target.
+        criteria, ngram_n, ngram_threshold, edit_threshold, cosine_threshold: the :class:`Neighbourhood`.
+        steps, top_k, candidates, swap_fraction: the token-swap search (:func:`craft_poison`).
+        epochs, lr, batch_size: the fine-tuning (:func:`fine_tune`), the same for the clean and the poisoned run.
+        k: Min-K% and Min-K%++ fraction; fpr: the FPR of the reported TPR.
+    """
+
+    def __init__(
+        self,
+        lm: CausalLMSpec | None = None,
+        goals: list[str] | None = None,
+        targets_per_goal: PositiveInt | None = None,
+        budget: PositiveInt = 8,
+        criteria: list[str] | None = None,
+        ngram_n: PositiveInt = 3,
+        ngram_threshold: ClosedUnitInterval = 0.5,
+        edit_threshold: ClosedUnitInterval = 0.3,
+        cosine_threshold: float = 0.8,
+        steps: PositiveInt = 30,
+        top_k: PositiveInt = 16,
+        candidates: PositiveInt = 32,
+        swap_fraction: OpenUnitInterval = 0.5,
+        epochs: PositiveInt = 5,
+        lr: PositiveFloat = 1e-3,
+        batch_size: PositiveInt = 8,
+        k: ClosedUnitInterval = 0.2,
+        fpr: ClosedUnitInterval = 0.01,
+        prompt_format: str = "plain",
+        seed: int = 0,
+        results_file: str = "mia_poisoning.json",
+    ) -> None:
+        super().__init__(results_file=results_file)
+        check_arguments(MIAPoisoning.__init__, locals())
+        goals = list(GOALS if goals is None else goals)
+        if not goals:
+            raise ValueError(f"MIAPoisoning: goals is empty, expected some of {GOALS}")
+        for goal in goals:
+            _check_goal(goal)
+        criteria = list(("ngram", "edit", "embedding") if criteria is None else criteria)
+        self.neighbourhood = Neighbourhood(tuple(criteria), ngram_n, ngram_threshold, edit_threshold, cosine_threshold)
+        lm = CausalLMSpec.coerce(lm)
+        self.save_hyperparameters()
+        plain_numbers(self.hparams)
+        self.hparams.update(lm=asdict(lm), goals=goals, criteria=criteria)
+        self.lm = lm
+        self.model, self.tokenizer = lm.load()  # the data module tokenizes with it; compute loads fresh copies
+        self.splits: dict[str, list[Record]] = {}
+
+    def reset(self) -> None:
+        self.splits = {}
+
+    def update(self, batch: dict[str, Any]) -> None:
+        rows = self.splits.setdefault(batch["split"], [])
+        rows.extend({"question": q, "answer": a} for q, a in zip(batch["question"], batch["answer"], strict=True))
+
+    def run_experiment(self, members: list[Record], non_members: list[Record]) -> PoisoningExperiment:
+        hp = self.hparams
+        return run_poisoning_experiment(
+            lambda: copy.deepcopy((self.model, self.tokenizer)),
+            members,
+            non_members,
+            goals=hp.goals,
+            targets_per_goal=hp.targets_per_goal,
+            budget=hp.budget,
+            neighbourhood=self.neighbourhood,
+            attack={k: hp[k] for k in ("steps", "top_k", "candidates", "swap_fraction", "prompt_format")},
+            training={k: hp[k] for k in ("epochs", "lr", "batch_size", "prompt_format")},
+            k=hp.k,
+            fpr=hp.fpr,
+            seed=hp.seed,
+        )
+
+    def compute(self) -> dict[str, Any]:
+        if len(self.splits) != 2:
+            raise ValueError(
+                f"MIAPoisoning needs two evaluation splits (members, non-members), got {list(self.splits)}: "
+                "set data.init_args.eval_splits to [members, non_members]"
+            )
+        (members_split, members), (non_members_split, non_members) = self.splits.items()
+        hp = self.hparams
+        with torch.inference_mode(False), torch.enable_grad():  # the test loop runs in inference mode; GCG needs grads
+            experiment = self.run_experiment(members, non_members)
+        header = [
+            "test",
+            "AUC clean",
+            "AUC poisoned",
+            f"TPR@{hp.fpr:g} clean",
+            f"TPR@{hp.fpr:g} poisoned",
+            *[f"flipped {goal}" for goal in hp.goals],
+        ]
+        rows = [
+            [
+                test,
+                experiment.clean[test]["auc"],
+                experiment.poisoned[test]["auc"],
+                experiment.clean[test]["tpr_at_fpr"],
+                experiment.poisoned[test]["tpr_at_fpr"],
+                *[experiment.flipped[test][goal] for goal in hp.goals],
+            ]
+            for test in experiment.clean
+        ]
+        print_table(f"MI tests, clean vs poisoned ({members_split} vs {non_members_split})", header, rows)
+        figure, axes = new_figure(figsize=(6, 3.5))
+        positions = torch.arange(len(rows), dtype=torch.float64)
+        axes.bar(positions - 0.2, [r[1] for r in rows], width=0.4, label="clean")
+        axes.bar(positions + 0.2, [r[2] for r in rows], width=0.4, label="poisoned")
+        axes.axhline(0.5, color="gray", linestyle="--", linewidth=1)
+        axes.set_xticks(positions.tolist(), [r[0] for r in rows], rotation=20)
+        axes.set_ylabel("ROC AUC")
+        axes.legend()
+        image = save_png(figure, Path(self.trainer.default_root_dir) / Path(self.results_file).with_suffix(".png"))
+        log_to_wandb(self.trainer, "mia_poisoning", header=header, rows=rows, images=[image])
+        results: dict[str, Any] = {}
+        for test in experiment.clean:
+            for name, side in (("clean", experiment.clean), ("poisoned", experiment.poisoned)):
+                results[f"{test}/auc_{name}"] = side[test]["auc"]
+                results[f"{test}/tpr_at_fpr_{name}"] = side[test]["tpr_at_fpr"]
+            for goal in hp.goals:
+                results[f"{test}/flipped_{goal}"] = experiment.flipped[test][goal]
+        results.update({f"member_nll_{name}": value for name, value in experiment.member_nll.items()})
+        results["poisons"] = [asdict(p) for p in experiment.poisons]
+        results["targets"] = experiment.targets
+        results["scores"] = {"clean": experiment.clean_scores, "poisoned": experiment.poisoned_scores}
+        return results
+
+
 __all__ = [
     "GOALS",
     "TESTS",
+    "MIAPoisoning",
     "Poison",
     "PoisoningExperiment",
     "allowed_tokens",
@@ -525,8 +677,8 @@ __all__ = [
     "decisions",
     "fine_tune",
     "membership_scores",
+    "mia_metrics",
     "poisoned_training_set",
     "representation_similarity",
     "run_poisoning_experiment",
-    "test_metrics",
 ]
