@@ -1,6 +1,7 @@
-"""Privacy benchmarks: accuracy vs epsilon, DP-SGD overhead and a canary-based privacy audit.
+"""Privacy benchmarks: accuracy vs epsilon, DP-SGD overhead, a canary-based privacy audit, private distribution
+estimation and private vaccination.
 
-    .venv/bin/python benchmarks/privacy.py [--sections accuracy,overhead,audit] [--quick] [--output PATH]
+    .venv/bin/python benchmarks/privacy.py [--sections accuracy,audit,distribution,...] [--quick] [--output PATH]
     .venv/bin/python -m benchmarks.privacy ...    (the same)
 
 Each section is one function of :data:`SECTIONS` that returns its markdown. The report
@@ -21,6 +22,12 @@ alone (``--sections audit``). Every block records its own command, date, machine
   and the report. Another mechanism joins the audit through :class:`AuditCase` (a
   ``train_and_score(include_canary, seed) -> float`` callable and its claimed epsilon), listed in
   :func:`audit_cases`.
+- ``distribution``: E[KL(p || q)] of the private Good-Turing estimator against the DP minimax and DP
+  add-constant baselines over n, d, epsilon on power laws, uniform and two token distributions, and the
+  canary audit of each private estimator (``benchmarks/privacy_distribution.py``).
+- ``vaccination``: DP vaccination on contact networks (PrivateMaxDeg implicit / explicit, the
+  spectral-radius variant, non-private greedy): budget used, degree or spectral radius reached, SIR
+  outbreak size, run time (``benchmarks/privacy_vaccination.py``).
 
 Adding a section: a function ``(args) -> str`` returning its markdown (a ``## `` title first; the
 provenance lines are added under it), one entry in :data:`SECTIONS`, and its options in
@@ -63,6 +70,8 @@ from benchmarks.common import (
     with_provenance,
 )
 from benchmarks.privacy_accuracy import accuracy_section
+from benchmarks.privacy_distribution import add_distribution_arguments, distribution_section
+from benchmarks.privacy_vaccination import add_vaccination_arguments, vaccination_section
 from trustlit.audit import CanaryAudit, run_canary_audit
 from trustlit.classifiers import MLPClassifier
 from trustlit.data.tabular import TabularDataModule, bound_row_norms
@@ -804,6 +813,8 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], str]] = {
     "accuracy": lambda args: accuracy_section(quick=args.quick),
     "overhead": overhead_section,
     "audit": audit_section,
+    "distribution": distribution_section,
+    "vaccination": vaccination_section,
 }
 
 
@@ -830,6 +841,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[2.0, 8.0],
         help="target epsilons of the audited DP-SGD rows; the first is the broken row's claim (default 2,8)",
     )
+    add_distribution_arguments(parser)
+    add_vaccination_arguments(parser)
     args = parser.parse_args(argv)
     presets = {"steps": (60, 30), "warmup": (10, 5), "rounds": (5, 1), "audit_runs": (400, 100)}
     for key, (full, quick) in presets.items():
