@@ -104,6 +104,17 @@ def _register_all() -> None:
         "privacy": {
             "method": {"DPSGD": "trustlit.privacy.dpsgd", "PMSVM": "trustlit.privacy.pmsvm"},
             "model": {"MLPClassifier": "trustlit.classifiers"},
+            "analysis": {
+                "PrivateDistributionEstimation": "trustlit.privacy.distribution_analysis",
+                "PrivateVaccination": "trustlit.privacy.vaccination_analysis",
+            },
+            "data": {
+                "DistributionSamples": "trustlit.data.distribution_samples",
+                "ContactNetworkDataModule": "trustlit.data.contact_networks",
+            },
+        },
+        "audit": {
+            "callback": {"MembershipInference": "trustlit.audit.mia"},
         },
         "unlearning": {
             "method": {

@@ -1,6 +1,6 @@
 """LightningDataModules: tabular classification, QA (TOFU format), forget/retain pairs, harmful fine-tuning,
 harvested activations, synthetic hierarchical features, multiple-choice QA, planted associations, irregular time
-series (the rare-feature task, survival::pbcseq)."""
+series (the rare-feature task, survival::pbcseq), samples of a discrete distribution, contact networks."""
 
 from trustlit.lazy import lazy_exports
 
@@ -8,6 +8,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         "trustlit.data.activations": ["ActivationDataModule"],
+        "trustlit.data.contact_networks": ["ContactNetworkDataModule", "contact_network", "load_edge_list"],
+        "trustlit.data.distribution_samples": ["DistributionSamples"],
         "trustlit.data.forget_retain": ["ForgetRetainDataModule"],
         "trustlit.data.hierarchy": ["HierarchicalFeaturesDataModule"],
         "trustlit.data.mcqa": ["MCQADataModule"],

@@ -5,14 +5,13 @@ from trustlit.lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
+        "trustlit.audit.mia": ["roc_auc", "roc_curve", "tpr_at_fpr"],
         "trustlit.metrics.classification": ["log_accuracy"],
         "trustlit.metrics.muse": [
             "knowmem",
-            "min_k_prob",
             "min_k_scores",
             "privleak",
             "privleak_auc",
-            "roc_auc",
             "verbmem_scores",
         ],
         "trustlit.metrics.safety": [
