@@ -17,6 +17,7 @@ from trustlit.privacy.distribution import (
     check_estimators,
     dp_add_constant,
     dp_good_turing,
+    dp_good_turing_from_halves,
     dp_minimax,
     empirical,
     good_turing,
@@ -66,16 +67,15 @@ def test_empirical_and_add_constant_closed_forms():
 
 
 def test_good_turing_from_halves_by_hand():
-    # T = 3: group {x' = 0} = symbols 0, 1 with S_0 = 1 -> 2 * 1 / 2 each; {x' = 1} = 2, 3 with S_1 = 2 -> 2 each;
-    # symbol 4 is frequent: 5 + 4 = 9; q = v / 15
-    q = good_turing_from_halves([0, 0, 1, 1, 5], [1, 0, 2, 0, 4], threshold=3)
-    assert q == pytest.approx(np.array([1, 1, 2, 2, 9]) / 15)
-    # default T = max(1, ln(4 / 2)) = 1: the unseen symbols share the held-out mass of their group, 2 * 1 / 3 each
+    # Algorithm 1: L = {x = 0} = symbols 0, 1 share c = max(1 + 0, 1) = 1; the others keep max(x', 1): 2, 1, 4
+    q = good_turing_from_halves([0, 0, 1, 1, 5], [1, 0, 2, 0, 4])
+    assert q == pytest.approx(np.array([0.5, 0.5, 2, 1, 4]) / 8)
+    # three unseen symbols share the one held-out sample of L, 1/3 each
     q = good_turing_from_halves([0, 0, 0, 2], [1, 0, 0, 3])
-    assert q == pytest.approx(np.array([2 / 3, 2 / 3, 2 / 3, 5]) / 7)
-    # a group without held-out samples keeps half a count (tau = 1/2), spread over its members
-    q = good_turing_from_halves([0, 0, 2], [0, 0, 4], threshold=1)
-    assert q == pytest.approx(np.array([0.5, 0.5, 6]) / 7)
+    assert q == pytest.approx(np.array([1 / 3, 1 / 3, 1 / 3, 3]) / 4)
+    # no held-out sample in L: its mass is truncated at 1
+    q = good_turing_from_halves([0, 0, 2], [0, 0, 4])
+    assert q == pytest.approx(np.array([0.5, 0.5, 4]) / 5)
 
 
 def test_good_turing_is_the_halves_estimate_of_its_split():
@@ -85,12 +85,29 @@ def test_good_turing_is_the_halves_estimate_of_its_split():
     assert good_turing(x, seed=3) == pytest.approx(good_turing_from_halves(first, second))
 
 
+def test_dp_good_turing_from_halves_without_noise_by_hand():
+    # epsilon = 1: b = 2, c = max(b, 1) = 2, T = 2 ln 5 = 3.22, so L = symbols 1, 2, 3 (first-part counts 0, 1, 3).
+    # L's held-out count 0 is truncated at c and scaled by 1 / (1 - alpha): 20, shared as max(x, c) = 2, 2, 3 of 7;
+    # frequent symbols keep max(x, c) + max(x', c): 30 + 10 and 10 + 2; total 72
+    q = dp_good_turing_from_halves([30, 0, 1, 3, 10], [10, 0, 0, 0, 2], 1.0, alpha=0.9, noise=False)
+    assert q == pytest.approx(np.array([40, 40 / 7, 40 / 7, 60 / 7, 12]) / 72)
+    # epsilon = 10: b = 0.2, c = 1, T = 0.2 ln 2 = 0.14: no rare symbol; max(x, 1) + max(x', 1)
+    q = dp_good_turing_from_halves([8, 9], [1, 0], 10.0, noise=False)
+    assert q == pytest.approx(np.array([9, 10]) / 19)
+    # alpha = 1/2: L's held-out count 3 is doubled (6) and shared 2 : 1 by max(x, c) = 2, 1
+    q = dp_good_turing_from_halves([5, 0, 0], [4, 3, 0], 10.0, alpha=0.5, noise=False)
+    assert q == pytest.approx(np.array([5 + 4, 3, 3]) / 15)
+
+
 def test_private_estimators_without_noise_are_their_closed_forms():
     x = np.array([6, 0, 1, 3])
     assert dp_add_constant(x, 1.0, noise=False) == pytest.approx(add_constant(x))
-    assert dp_minimax(x, 1.0, noise=False) == pytest.approx(np.array([6, 2, 2, 3]) / 13)  # tau = b = 2
-    # epsilon -> infinity: bins of width 1 and the non-private threshold, i.e. Good-Turing with the same split
-    assert dp_good_turing(x, 1e9, seed=5, noise=False) == pytest.approx(good_turing(x, seed=5))
+    assert dp_minimax(x, 1.0, noise=False) == pytest.approx(np.array([6, 2, 2, 3]) / 13)  # c = b = 2
+    assert dp_minimax(x, 10.0, noise=False) == pytest.approx(np.array([6, 1, 1, 3]) / 11)  # c = 1 > b = 0.2
+    # dp_good_turing is dp_good_turing_from_halves on the split (alpha = 0.9) of its own seed
+    first, second = split_counts(x, seed=5, alpha=0.9)
+    expected = dp_good_turing_from_halves(first, second, 1.0, noise=False)
+    assert dp_good_turing(x, 1.0, seed=5, noise=False) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("case", list(EDGE_CASES))
@@ -129,6 +146,8 @@ def test_seeds_make_runs_repeatable(name):
         (lambda: kl_divergence([0.5, 0.5], [0.2, 0.3, 0.5]), r"q has shape \(3,\), expected \[2\]"),
         (lambda: kl_divergence([0.5, 0.6], [0.5, 0.5]), "p sums to 1.1, expected a probability vector"),
         (lambda: good_turing_from_halves([1, 2], [1]), "the halves must have one shape"),
+        (lambda: dp_good_turing([1, 2], 1.0, alpha=1.0), "alpha=1.0 is invalid, expected a fraction strictly"),
+        (lambda: split_counts([1, 2], alpha=0), "alpha=0 is invalid"),
         (lambda: check_estimators(["dp_magic"]), r"estimators=\['dp_magic'\] is invalid"),
         (lambda: power_law(0, 1.0), "d=0 is invalid"),
         (lambda: poisson_counts(uniform(3), -5), "n=-5 is invalid"),
@@ -152,16 +171,19 @@ def test_samplers():
 
 
 def test_split_halves_are_independent_poisson_halves():
-    # x ~ Poi(lambda) thinned by 1/2: each half ~ Poi(lambda / 2), uncorrelated (4 sigma bounds over 20,000 draws)
+    # x ~ Poi(lambda) thinned by alpha: Poi(alpha lambda), Poi((1 - alpha) lambda), uncorrelated (4 sigma, 20,000 draws)
     x = poisson_counts([1.0], 40, draws=20_000, seed=2)[:, 0]
     first, second = split_counts(x, seed=4)
     assert first.mean() == pytest.approx(20.0, abs=4 * math.sqrt(20 / 20_000))
     assert first.var() == pytest.approx(20.0, rel=0.05)
     assert abs(np.corrcoef(first, second)[0, 1]) < 4 / math.sqrt(20_000)
+    first, second = split_counts(x, seed=4, alpha=0.9)  # Poi(36) and Poi(4)
+    assert first.mean() == pytest.approx(36.0, abs=4 * math.sqrt(36 / 20_000))
+    assert second.var() == pytest.approx(4.0, rel=0.05)
 
 
 def test_dp_good_turing_beats_the_minimax_baseline_on_a_power_law():
-    # beta = 1.5, d = 1000, n = 1000, epsilon = 1 (measured about 0.47 vs 0.95): 10 draws, margin 25 %
+    # beta = 1.5, d = 1000, n = 1000, epsilon = 1 (measured 0.38 vs 0.97): 10 draws, margin 25 %
     p = power_law(1000, 1.5)
     x = poisson_counts(p, 1000, draws=10, seed=11)
     good_turing_kl = kl_divergences(p, dp_good_turing(x, 1.0, seed=12))

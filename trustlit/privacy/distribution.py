@@ -11,53 +11,42 @@ either. Every estimator maps counts [d] (or a batch [R, d], one count vector per
 same shape; all but :func:`empirical` are positive.
 
 Non-private: :func:`empirical` x / n; :func:`add_constant` (x + c) / (n + c d) (c = 1 Laplace, 1/2
-Krichevsky-Trofimov, minimax up to constants); :func:`good_turing`, the paper's "sampling twice" Good-Turing.
+Krichevsky-Trofimov, minimax up to constants); :func:`good_turing`, the paper's "sampling twice" (Algorithm 1).
 
 Differential privacy. Two count vectors are neighbours when one sample is replaced by another (n is public): two
 counts change by 1 each, so the count vector has L1 sensitivity 2 and the Laplace mechanism x + Lap(b)^d with
-b = 2 / epsilon is epsilon-DP (pure, delta = 0); everything computed from its output is too (post-processing).
+b = 2 / epsilon is epsilon-DP (pure, delta = 0); everything computed from its output is too (post-processing). The
+paper's neighbours add or remove a sample (sensitivity 1, scale 1 / epsilon): its constants are written here in b,
+e.g. its truncation 1 / min(epsilon, 1) = max(b, 1) =: c (:func:`truncation`).
 
-- :func:`dp_add_constant`: q_i ∝ max(x_i + Z_i, 0) + c, Z_i ~ Lap(b).
-- :func:`dp_minimax`: the paper's minimax DP baseline, a truncated Laplace perturbation of the counts,
-  q_i ∝ max(x_i + Z_i, tau) with tau = max(b, 1/2); its rate is O(log(1 + d / (epsilon n))).
-- :func:`dp_good_turing`: the paper's private Good-Turing with thresholding of the rare set (below).
+- :func:`dp_add_constant`: q_i ∝ max(x_i + Z_i, 0) + 1/2, Z_i ~ Lap(b).
+- :func:`dp_minimax`: the paper's minimax estimator (Theorem C.5), q_i ∝ max(x_i + Z_i, c), O(log(1 + d / (eps n))).
+- :func:`dp_good_turing`: the paper's Algorithm 2 (below).
 
-Sampling twice (Good-Turing, :func:`good_turing_from_halves`). The samples are split at random into two halves,
-x = x' + x'' with x'_i ~ Binomial(x_i, 1/2) (:func:`split_counts`): under the Poisson model x' and x'' are two
-independent Poi(n p / 2) samples. The first half groups the symbols, G_t = {i : x'_i = t}; the second estimates
-each group's mass, S_t = sum_{i in G_t} x''_i, whose expectation given G_t is (n/2) p(G_t), the quantity the classic
-Good-Turing estimate (t + 1) phi_{t+1} / n estimates from one sample (phi_t = |G_t|, Poisson model). A symbol of a
-rare group (t < T) gets the group's mean, a frequent symbol (t >= T) its own count:
+Sampling twice. Each sample goes to the first part with probability alpha (:func:`split_counts`): x ~ Poi(alpha n p)
+and x' ~ Poi((1 - alpha) n p) are independent. Algorithm 1 (:func:`good_turing_from_halves`, alpha = 1/2, threshold
+0): the first part finds the unseen symbols L = {i : x_i = 0}, the fresh second part estimates their combined mass,
 
-    v_i = 2 max(S_t, tau) / phi_t   (i in G_t, t < T),        v_i = x'_i + max(x''_i, tau)   (x'_i >= T),
-    q_i = v_i / sum_j v_j,
+    c = max(sum_{i in L} x'_i, 1),   v_i = c / |L| (i in L),   v_i = max(x'_i, 1) (i not in L),   q = v / sum v.
 
-with tau = 1/2: a group (or frequent symbol) whose second-half count is 0 keeps half a count, so q is positive
-(Krichevsky-Trofimov's 1/2, given per group rather than per symbol: unseen symbols already get the mass of their
-group). The threshold T = max(1, ln(d / 2)) is the private estimator's at epsilon = infinity (below).
+Using fresh counts for the mass of L is what lowers the sensitivity: one sample changes c or one x'_i by 1, where
+the classic Good-Turing moves the counts-of-counts phi_t, phi_{t+1} and every estimate built from them.
 
-The fresh second half is what lowers the sensitivity: one sample moved changes at most two group sums S_t by 1,
-where the classic estimate moves phi_t, phi_{t+1} and every symbol's q_i with them.
+Algorithm 2 (:func:`dp_good_turing_from_halves`), with the paper's experimental alpha = 0.9 and threshold
+tau = min(1/epsilon, 1) ln d on the scale 1 / min(epsilon, 1), i.e. T = b ln d here:
 
-Private Good-Turing (:func:`dp_good_turing`). The grouping uses the first half's noisy counts
-y'_i = x'_i + Lap(b); the rare set is thresholded on them, R = {i : y'_i < T}, and split into bins of the noise's
-width w = max(1, b) (symbols whose counts differ by less than the noise are not told apart), level
-floor(max(y'_i, 0) / w). The threshold T = w max(1, ln(d / 2)) is calibrated so that a symbol never seen passes it
-with probability P(Lap(b) >= T) <= 1 / d (for w = b): about one spurious frequent symbol per release. Frequent
-symbols are their own groups. The second half releases every group's sum with Laplace noise,
-S~_g = S_g + Lap(b) (the vector of group sums has L1 sensitivity 2), and
+    x~_i = x_i + Lap(b),   L = {i : x~_i <= T},   c~ = max(sum_{i in L} x'_i + Lap(b), c),   x~'_i = x'_i + Lap(b),
+    v_i = c~ / (1 - alpha) * max(x~_i, c) / sum_{j in L} max(x~_j, c)    (i in L),
+    v_i = max(x~_i, c) + max(x~'_i, c)                                    (i not in L),     q = v / sum v.
 
-    v_i = 2 max(S~_g, tau) / |g|   (i in rare group g),        v_i = y'_i + max(S~_i, tau)   (i frequent),
-    q_i = v_i / sum_j v_j,   tau = max(b, 1/2)
-
-(truncated at the noise level, as the minimax baseline truncates its counts).
-
-A sample lies in one half, so the two stages act on disjoint data and the release is epsilon-DP by parallel
-composition (the second stage may depend on the first's output). With ``noise=False`` the same estimator runs
-without its Laplace noise: the deliberately broken variant that privacy audits must catch (it is not private).
-
-The paper's full text could not be read here; the formulas above follow its abstract and summaries (sampling twice,
-thresholding the rare set, truncated-Laplace minimax baseline) and our choices, listed in the notes.
+A never-seen symbol passes T with probability e^{-T/b} / 2 = 1 / (2d): about half a spurious frequent symbol per
+release. The pseudo-code's output line could not be read (the text's formulas are images); the two v_i above are
+reconstructed from its proofs (Lemmas G.3-G.5 and Theorem G.6: rare symbols from the reused first part within L, the
+mass of L from the fresh part, frequent symbols from both parts), see the notes. Privacy: a sample lies in one part;
+the first releases x + Lap(b)^d, the second, given L, (sum_{i in L} x'_i, x'_{not L}) + Lap(b), each of L1
+sensitivity 2 under replacement: epsilon-DP by parallel composition (the second may depend on the first's output).
+With ``noise=False`` the same estimator runs without its Laplace noise: the deliberately broken variant that privacy
+audits must catch (it is not private).
 
 Samplers: :func:`power_law` (p_i ∝ i^-beta), :func:`uniform`, :func:`poisson_counts`, :func:`multinomial_counts`;
 :func:`token_counts` and :func:`token_distribution` give the token distribution of a QA corpus (TOFU, the
@@ -78,7 +67,7 @@ from trustlit.privacy.mechanisms import _check_positive
 
 SMOLLM2_TOKENIZER = "SmolLM2-135M-Instruct"  # the directory smollm2_local_dir() caches the model and tokenizer in
 DEFAULT_C = 0.5  # Krichevsky-Trofimov
-TRUNCATION = 0.5  # the least count a group or symbol is given without noise (with noise: b)
+DP_ALPHA = 0.9  # the paper's tuned fraction of the samples in the first part of private sampling twice
 
 
 # -- validation ------------------------------------------------------------------------------------------------------
@@ -161,64 +150,40 @@ def add_constant(counts: Any, c: float = DEFAULT_C) -> np.ndarray:
     return _normalise(check_counts(counts) + c)
 
 
-def split_counts(counts: Any, seed: int | np.random.Generator = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Sampling twice: (x', x - x') with x'_i ~ Binomial(x_i, 1/2), each sample sent to one half by a fair coin.
-    Under the Poisson model the halves are independent Poi(n p / 2) samples."""
+def split_counts(counts: Any, seed: int | np.random.Generator = 0, alpha: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """Sampling twice: (x', x - x') with x'_i ~ Binomial(x_i, alpha), each sample sent to the first part by a coin of
+    bias ``alpha``. Under the Poisson model the parts are independent Poi(alpha n p) and Poi((1 - alpha) n p)."""
     x = check_counts(counts)
-    first = _rng(seed).binomial(x, 0.5)
+    first = _rng(seed).binomial(x, _check_alpha(alpha))
     return first, x - first
 
 
-def rare_threshold(d: int, width: float) -> float:
-    """T = w max(1, ln(d / 2)): a count of 0 plus Lap(w) reaches T with probability <= 1/d (module docstring)."""
-    return width * max(1.0, math.log(d / 2))
+def _check_alpha(alpha: float) -> float:
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha={alpha!r} is invalid, expected a fraction strictly between 0 and 1")
+    return float(alpha)
 
 
-def _group_keys(levels: np.ndarray, frequent: np.ndarray) -> np.ndarray:
-    """One integer key per (row, group): rare symbols share their level's key, frequent ones get a key of their own."""
-    rows, d = levels.shape
-    num_levels = int(levels.max(initial=0)) + 1
-    per_row = np.where(frequent, num_levels + np.arange(d), levels)
-    return per_row + (num_levels + d) * np.arange(rows)[:, None]
-
-
-def _group_estimate(
-    keys: np.ndarray,
-    first_values: np.ndarray,
-    second: np.ndarray,
-    frequent: np.ndarray,
-    noise_scale: float,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """v_i = 2 max(S~_g, tau) / |g| on rare groups, first_values_i + max(S~_i, tau) on frequent symbols, q = v / sum v.
-    S~_g: the second half's sum over group g plus Lap(noise_scale) (none when 0); tau = max(noise_scale, 1/2)."""
-    flat = keys.ravel()
-    size = int(flat.max()) + 1
-    sums = np.bincount(flat, weights=second.ravel().astype(np.float64), minlength=size)
-    sizes = np.bincount(flat, minlength=size)
-    if noise_scale > 0:
-        sums = sums + rng.laplace(0.0, noise_scale, size=size)
-    group_sum = np.maximum(sums, max(noise_scale, TRUNCATION))[keys]
-    return _normalise(np.where(frequent, first_values + group_sum, 2.0 * group_sum / np.maximum(sizes[keys], 1)))
-
-
-def good_turing_from_halves(first: Any, second: Any, *, threshold: float | None = None) -> np.ndarray:
-    """Good-Turing with sampling twice from the halves x' (grouping) and x'' (group masses) of the samples:
-    rare symbols (x'_i < T) share their group's mean 2 max(S_t, 1/2) / phi_t, frequent ones keep
-    x'_i + max(x''_i, 1/2), normalised (module docstring). ``threshold`` T defaults to :func:`rare_threshold` (d, 1)."""
+def _check_halves(first: Any, second: Any) -> tuple[np.ndarray, np.ndarray]:
     first, second = check_counts(first, "first"), check_counts(second, "second")
     if first.shape != second.shape:
         raise ValueError(f"first has shape {first.shape} and second {second.shape}: the halves must have one shape")
-    rows = first.reshape(-1, first.shape[-1])
-    threshold = rare_threshold(rows.shape[-1], 1.0) if threshold is None else float(threshold)
-    frequent = rows >= threshold
-    keys = _group_keys(np.where(frequent, 0, rows), frequent)
-    q = _group_estimate(keys, rows, second.reshape(rows.shape), frequent, 0.0, np.random.default_rng(0))
-    return q.reshape(first.shape)
+    return first, second
+
+
+def good_turing_from_halves(first: Any, second: Any) -> np.ndarray:
+    """The paper's Algorithm 1 (non-private sampling twice, threshold 0) on the halves x (``first``) and x'
+    (``second``): L = {i : x_i = 0}, c = max(sum_{i in L} x'_i, 1), v_i = c / |L| on L, max(x'_i, 1) off L,
+    q = v / sum v (module docstring)."""
+    first, second = _check_halves(first, second)
+    unseen = first == 0
+    mass = np.maximum(np.sum(np.where(unseen, second, 0), axis=-1, keepdims=True), 1.0)
+    share = mass / np.maximum(unseen.sum(axis=-1, keepdims=True), 1)
+    return _normalise(np.where(unseen, share, np.maximum(second, 1.0)))
 
 
 def good_turing(counts: Any, *, seed: int | np.random.Generator = 0) -> np.ndarray:
-    """The paper's Good-Turing estimator with sampling twice: :func:`split_counts` then
+    """The paper's Good-Turing with sampling twice (Algorithm 1): :func:`split_counts` into halves (alpha = 1/2), then
     :func:`good_turing_from_halves` (module docstring). Not private."""
     first, second = split_counts(counts, seed)
     return good_turing_from_halves(first, second)
@@ -232,12 +197,15 @@ def laplace_scale(epsilon: float) -> float:
     return 2.0 / _check_positive("epsilon", epsilon)
 
 
-def _noisy_counts(
-    counts: Any, epsilon: float, noise: bool, seed: int | np.random.Generator
-) -> tuple[np.ndarray, float]:
-    """x + Lap(b)^d (x itself when ``noise`` is off) and b."""
-    x, b = check_counts(counts), laplace_scale(epsilon)
-    return (x + _rng(seed).laplace(0.0, b, size=x.shape) if noise else x.astype(np.float64)), b
+def _laplace(values: np.ndarray, scale: float, noise: bool, rng: np.random.Generator) -> np.ndarray:
+    """values + Lap(scale) elementwise (values themselves when ``noise`` is off)."""
+    values = np.asarray(values, dtype=np.float64)
+    return values + rng.laplace(0.0, scale, size=values.shape) if noise else values
+
+
+def truncation(b: float) -> float:
+    """The least count a private estimate keeps, c = max(b, 1): the paper's 1 / min(epsilon, 1) at b = 1 / epsilon."""
+    return max(b, 1.0)
 
 
 def dp_add_constant(
@@ -246,17 +214,52 @@ def dp_add_constant(
     """q_i ∝ max(x_i + Z_i, 0) + c with Z_i ~ Lap(2 / epsilon): epsilon-DP (Laplace mechanism on the counts, L1
     sensitivity 2 when one sample is replaced, then post-processing). ``noise=False``: not private (audits)."""
     c = _check_c(c)
-    noisy, _ = _noisy_counts(counts, epsilon, noise, seed)
+    noisy = _laplace(check_counts(counts), laplace_scale(epsilon), noise, _rng(seed))
     return _normalise(np.maximum(noisy, 0.0) + c)
 
 
 def dp_minimax(counts: Any, epsilon: float, *, seed: int | np.random.Generator = 0, noise: bool = True) -> np.ndarray:
-    """The paper's minimax DP baseline, a truncated Laplace perturbation of the counts:
-    q_i ∝ max(x_i + Z_i, tau), Z_i ~ Lap(b), b = 2 / epsilon, tau = max(b, 1/2); E KL = O(log(1 + d / (epsilon n))).
+    """The paper's minimax DP estimator (its Theorem C.5), the truncated Laplace perturbation of the counts:
+    q_i ∝ max(x_i + Z_i, c), Z_i ~ Lap(b), b = 2 / epsilon, c = max(b, 1); E KL = O(log(1 + d / (epsilon n))).
     epsilon-DP (Laplace mechanism, L1 sensitivity 2 under replacement; truncation is post-processing).
     ``noise=False``: the same truncation without noise, not private (audits)."""
-    noisy, b = _noisy_counts(counts, epsilon, noise, seed)
-    return _normalise(np.maximum(noisy, max(b, TRUNCATION)))
+    b = laplace_scale(epsilon)
+    return _normalise(np.maximum(_laplace(check_counts(counts), b, noise, _rng(seed)), truncation(b)))
+
+
+def rare_threshold(d: int, b: float) -> float:
+    """T = b ln d: a count of 0 plus Lap(b) passes it with probability e^{-T / b} / 2 = 1 / (2 d) (module docstring)."""
+    return b * math.log(d)
+
+
+def dp_good_turing_from_halves(
+    first: Any,
+    second: Any,
+    epsilon: float,
+    *,
+    alpha: float = DP_ALPHA,
+    seed: int | np.random.Generator = 0,
+    noise: bool = True,
+) -> np.ndarray:
+    """The paper's Algorithm 2 on the parts x (``first``, a fraction ``alpha`` of the samples) and x' (``second``):
+
+        x~_i = x_i + Lap(b),  L = {i : x~_i <= T},  c~ = max(sum_{i in L} x'_i + Lap(b), c),  x~'_i = x'_i + Lap(b),
+        v_i = c~ / (1 - alpha) * max(x~_i, c) / sum_{j in L} max(x~_j, c)   (i in L),
+        v_i = max(x~_i, c) + max(x~'_i, c)                                   (i not in L),    q = v / sum v,
+
+    b = 2 / epsilon, c = max(b, 1), T = b ln d (module docstring). ``noise=False``: without the Laplace draws."""
+    first, second = _check_halves(first, second)
+    alpha, b, rng = _check_alpha(alpha), laplace_scale(epsilon), _rng(seed)
+    c = truncation(b)
+    noisy_first = _laplace(first, b, noise, rng)
+    rare = noisy_first <= rare_threshold(first.shape[-1], b)
+    held_out = np.sum(np.where(rare, second, 0), axis=-1, keepdims=True)
+    mass = np.maximum(_laplace(held_out, b, noise, rng), c) / (1.0 - alpha)
+    reused = np.maximum(noisy_first, c)
+    rare_weights = np.where(rare, reused, 0.0)
+    share = rare_weights / np.maximum(rare_weights.sum(axis=-1, keepdims=True), c)  # a non-empty L sums to >= c
+    fresh = np.maximum(_laplace(second, b, noise, rng), c)
+    return _normalise(np.where(rare, mass * share, reused + fresh))
 
 
 def dp_good_turing(
@@ -264,28 +267,24 @@ def dp_good_turing(
     epsilon: float,
     *,
     seed: int | np.random.Generator = 0,
+    alpha: float = DP_ALPHA,
     noise: bool = True,
 ) -> np.ndarray:
-    """The paper's private Good-Turing: sampling twice, the rare set thresholded on the first half's noisy counts and
-    binned at the noise's width, group sums of the second half with Laplace noise (module docstring):
+    """The paper's private Good-Turing (Algorithm 2, "epsilon-DP sampling twice"): :func:`split_counts` at
+    ``alpha`` (the paper's tuned 0.9), then :func:`dp_good_turing_from_halves`:
 
-        v_i = 2 max(S~_g, tau) / |g| (rare group g),   v_i = y'_i + max(S~_i, tau) (frequent),   q ∝ v,
+        L = {i : x_i + Lap(b) <= b ln d},   rare symbols share the noisy held-out mass of L in proportion to their
+        truncated noisy first-part counts,  frequent symbols keep max(x~_i, c) + max(x~'_i, c),   q ∝ v.
 
-    tau = max(b, 1/2).
-
-    epsilon-DP: each half gets a Laplace mechanism of scale b = 2 / epsilon on a query of L1 sensitivity 2 (one sample
-    replaced changes two counts, or two group sums, by 1), and the halves hold disjoint samples (parallel
-    composition). ``noise=False``: the same estimator without noise, not private (the audits' broken variant)."""
+    epsilon-DP under replacement (n public): a sample lies in one part (its coin does not depend on its value), and
+    in that part moving it changes two counts by 1. The first part releases x + Lap(b)^d (L1 sensitivity 2); given
+    that release (hence L), the second part releases (sum_{i in L} x'_i, x'_i for i not in L) + Lap(b) (L1
+    sensitivity 2: each sample enters one coordinate). Each release is epsilon-DP, they act on disjoint samples
+    (adaptive parallel composition), and q is post-processing: epsilon-DP, delta = 0. ``noise=False``: the same
+    estimator without noise, not private (the audits' broken variant)."""
     rng = _rng(seed)
-    first, second = split_counts(counts, rng)
-    noisy_first, b = _noisy_counts(first, epsilon, noise, rng)
-    rows = noisy_first.reshape(-1, first.shape[-1])
-    width = max(1.0, b)
-    frequent = rows >= rare_threshold(rows.shape[-1], width)
-    levels = np.floor(np.maximum(np.where(frequent, 0.0, rows), 0.0) / width).astype(np.int64)
-    keys = _group_keys(levels, frequent)
-    q = _group_estimate(keys, rows, second.reshape(rows.shape), frequent, b if noise else 0.0, rng)
-    return q.reshape(first.shape)
+    first, second = split_counts(counts, rng, alpha)
+    return dp_good_turing_from_halves(first, second, epsilon, alpha=alpha, seed=rng, noise=noise)
 
 
 Estimator = Callable[[np.ndarray, float | None, int], np.ndarray]
