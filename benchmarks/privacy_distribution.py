@@ -205,9 +205,10 @@ def distribution_section(args: argparse.Namespace) -> str:
 
 Ye, Feldman, Talwar, NeurIPS 2025 (arXiv 2505.23620); estimators of `trustlit.privacy.distribution`, method page
 docs/methods/private_good_turing.md. Each cell: E KL(p || q), mean ± std over {draws} fresh Poisson samples
-x ~ Poi(n p) (all estimators on the same samples), pure ε-DP with one sample replaced. Baselines: the truncated
-Laplace minimax estimator q ∝ max(x + Lap(2/ε), max(2/ε, 1/2)) and DP add-constant q ∝ max(x + Lap(2/ε), 0) + 1/2.
-Row ε = ∞: non-private Krichevsky–Trofimov add-1/2 (KT) and Good-Turing with sampling twice (GT). Token
+x ~ Poi(n p) (all estimators on the same samples), pure ε-DP with one sample replaced. DP Good-Turing: the paper's
+Algorithm 2 with its experiments' α = 0.9 and threshold (2/ε) ln d. Baselines: the truncated Laplace minimax
+estimator of its Theorem C.5, q ∝ max(x + Lap(2/ε), max(2/ε, 1)), and DP add-constant q ∝ max(x + Lap(2/ε), 0) + 1/2.
+Row ε = ∞: non-private Krichevsky–Trofimov add-1/2 (KT) and the paper's sampling twice, Algorithm 1 (GT). Token
 distributions: question + answer of TOFU's full.json (4,000 records) and of the fictitious corpus (128 authors,
 1,152 records) under the SmolLM2 tokenizer, the top-d tokens renormalised; TOFU has 8,774 distinct tokens and the
 fictitious corpus 381, so at d = 10^4 (TOFU) and d >= 10^3 (fictitious) the last symbols have probability 0.
