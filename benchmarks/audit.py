@@ -196,7 +196,20 @@ false-positive poisons ({args.steps} GCG steps of 32 candidates, top-16), each o
 pre-trained base. AdamW lr 1e-3, batch 8; the poisoned run trains on members + poisons for the same epochs.
 
 {table(HEADER, rows, "lllrrrrrr")}
+
+{reading(rows)}
 """
+
+
+def reading(rows: list[list[str]]) -> str:
+    """The target check: which tests poisoning drove to chance (AUC <= 0.55) or below it, and the AUC drops."""
+    lines = []
+    for data, epochs in dict.fromkeys((r[0], r[1]) for r in rows):
+        chosen = [r for r in rows if r[:2] == [data, epochs]]
+        drops = ", ".join(f"{r[2]} {r[3]} -> {r[4]}" for r in chosen)
+        at_chance = [r[2] for r in chosen if float(r[4]) <= 0.55] or ["none"]
+        lines.append(f"- {data}, {epochs} epochs: AUC {drops}; at or below chance (<= 0.55): {', '.join(at_chance)}.")
+    return "Target (the paper's direction, tests driven to or below chance):\n\n" + "\n".join(lines)
 
 
 def poisoning_smollm2(args: argparse.Namespace) -> str:
@@ -219,6 +232,8 @@ SmolLM2-135M-Instruct (LoRA r 8 on q/v), reduced scale for a 2-core CPU: {count}
 the reference. Same neighbourhood as the tiny section.
 
 {table(HEADER, rows, "lllrrrrrr")}
+
+{reading(rows)}
 """
 
 
