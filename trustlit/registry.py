@@ -115,6 +115,7 @@ def _register_all() -> None:
         },
         "audit": {
             "callback": {"MembershipInference": "trustlit.audit.mia"},
+            "analysis": {"MIAPoisoning": "trustlit.audit.mia_poisoning"},
         },
         "unlearning": {
             "method": {

@@ -4,10 +4,12 @@
 - :mod:`~trustlit.audit.threshold`: threshold tests on membership scores and the best one;
 - :mod:`~trustlit.audit.canary`: the canary audit over runs with and without one example;
 - :mod:`~trustlit.audit.mia`: membership-inference scorers on per-token log-probabilities (LOSS, zlib,
-  Min-K%, Min-K%++, reference), AUC / TPR at low FPR, and the :class:`MembershipInference` callback.
+  Min-K%, Min-K%++, reference), AUC / TPR at low FPR, and the :class:`MembershipInference` callback;
+- :mod:`~trustlit.audit.neighbourhood`: relaxed membership (n-gram overlap, edit distance, MiniLM cosine);
+- :mod:`~trustlit.audit.mia_poisoning`: poisons that make the tests err on a target (:class:`MIAPoisoning`).
 
 Exports load on first use: ``mia`` brings torch, Lightning and transformers, the bounds only scipy.
-Notes: docs/methods/privacy_audit.md, docs/methods/membership_inference.md
+Notes: docs/methods/privacy_audit.md, docs/methods/membership_inference.md, docs/methods/mia_poisoning.md
 """
 
 from trustlit.lazy import lazy_exports
@@ -31,5 +33,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "tpr_at_fpr",
             "zlib_score",
         ],
+        "trustlit.audit.mia_poisoning": ["MIAPoisoning", "craft_poison", "craft_poisons", "run_poisoning_experiment"],
+        "trustlit.audit.neighbourhood": ["Neighbourhood", "in_neighbourhood"],
     },
 )
