@@ -8,10 +8,13 @@ Graphs (:func:`contact_network`), all simple, undirected and unweighted, nodes r
 - ``barabasi_albert``: preferential attachment, ``m`` = 3 edges per new node;
 - ``chung_lu``: expected degrees w_i ∝ (i + 1)^(-1 / (γ - 1)) with γ = 2.5 and mean 10, capped at sqrt(sum w)
   (so every edge probability w_i w_j / sum w is <= 1), then networkx's ``expected_degree_graph``;
-- ``bter``: block two-level Erdős–Rényi (Seshadhri, Kolda, Pinar 2012): the Chung–Lu degree sequence; nodes of
-  similar degree grouped into affinity blocks of d + 1 nodes (d the block's smallest degree), each an
-  Erdős–Rényi graph of density c_d^(1/3) with clustering target c_d = 0.5 exp(-(d - 1) / 10); the degree left over
-  ("excess") is wired by Chung–Lu. The vaccination paper's own BTER parameters could not be read: these are ours.
+- ``bter``: block two-level Erdős–Rényi (Seshadhri, Kolda, Pinar 2012) with the vaccination paper's parameters
+  (its Table 1: "BTER with power-law degree (γ = 0.5, ρ = 0.95, η = 0.05)", 1,000 nodes, 31,530-31,621 edges;
+  Table 2 also uses γ = 0.3, ``bter_gamma``). The paper names the parameters, not the formulas; our reading:
+  degrees drawn with P(d) ∝ d^(-γ) on 1..d_max, d_max the smallest giving a mean degree >= 63.1 (the paper's edge
+  counts), and clustering targets c_d = ρ exp(-η (d - 1)). Nodes sorted by degree form affinity blocks of d + 1
+  nodes (d the block's smallest degree), each an Erdős–Rényi graph of density c_d^(1/3); the degree left over
+  ("excess") is wired by Chung–Lu.
 - ``edge_list``: a local file (``path``), one ``u v`` pair a line (more columns, e.g. weights, are ignored; ``#``
   starts a comment); duplicate pairs collapse, self-loops are refused.
 
@@ -45,6 +48,8 @@ BUILT_IN = {
 GENERATED = ("barabasi_albert", "chung_lu", "bter")
 CHUNG_LU_EXPONENT = 2.5
 MEAN_DEGREE = 10.0
+BTER_RHO, BTER_ETA = 0.95, 0.05  # the paper's Table 1: clustering targets c_d = ρ exp(-η (d - 1))
+BTER_MEAN_DEGREE = 63.1  # 2 x 31,550 edges / 1,000 nodes (the paper's Table 1)
 
 
 def simple_graph(G: nx.Graph) -> nx.Graph:
@@ -67,10 +72,21 @@ def chung_lu(n: int, seed: int) -> nx.Graph:
     return nx.expected_degree_graph(chung_lu_weights(n).tolist(), seed=seed, selfloops=False)
 
 
-def bter(n: int, seed: int) -> nx.Graph:
-    """The BTER-style graph of the module docstring."""
+def bter_degrees(n: int, gamma: float, rng: np.random.Generator) -> np.ndarray:
+    """n degrees drawn with P(d) ∝ d^(-γ) on 1..d_max, d_max the smallest with mean >= :data:`BTER_MEAN_DEGREE`
+    (capped at n - 1)."""
+    support = np.arange(1, n, dtype=np.float64)
+    weights = support**-gamma
+    means = np.cumsum(support * weights) / np.cumsum(weights)
+    top = min(int(np.searchsorted(means, min(BTER_MEAN_DEGREE, means[-1]))), n - 2)
+    p = weights[: top + 1] / weights[: top + 1].sum()
+    return rng.choice(support[: top + 1].astype(np.int64), size=n, p=p)
+
+
+def bter(n: int, seed: int, gamma: float = 0.5) -> nx.Graph:
+    """The BTER graph of the module docstring (power-law exponent ``gamma``)."""
     rng = np.random.default_rng(seed)
-    degree = np.maximum(np.round(chung_lu_weights(n)).astype(np.int64), 1)
+    degree = bter_degrees(n, gamma, rng)
     order = np.argsort(degree, kind="stable")
     G = nx.Graph()
     G.add_nodes_from(range(n))
@@ -82,7 +98,7 @@ def bter(n: int, seed: int) -> nx.Graph:
         start += d + 1
         if d < 2 or block.size < 2:
             continue
-        density = (0.5 * math.exp(-(d - 1) / 10)) ** (1 / 3)
+        density = (BTER_RHO * math.exp(-BTER_ETA * (d - 1))) ** (1 / 3)
         u, v = np.triu_indices(block.size, k=1)
         keep = rng.random(u.size) < density
         G.add_edges_from(zip(block[u[keep]].tolist(), block[v[keep]].tolist(), strict=True))
@@ -116,9 +132,11 @@ def load_edge_list(path: str | Path) -> nx.Graph:
     return G
 
 
-def contact_network(name: str, *, nodes: int = 1000, seed: int = 0, path: str | Path | None = None) -> nx.Graph:
+def contact_network(
+    name: str, *, nodes: int = 1000, seed: int = 0, path: str | Path | None = None, bter_gamma: float = 0.5
+) -> nx.Graph:
     """The graph ``name`` (module docstring); ``nodes`` and ``seed`` apply to the generated ones, ``path`` to
-    ``edge_list``."""
+    ``edge_list``, ``bter_gamma`` (the degree exponent γ) to ``bter``."""
     if name in BUILT_IN:
         return simple_graph(BUILT_IN[name]())
     if name == "edge_list":
@@ -132,7 +150,11 @@ def contact_network(name: str, *, nodes: int = 1000, seed: int = 0, path: str | 
         raise ValueError(f"nodes={nodes!r} is invalid, expected an integer >= 10 for a generated graph")
     if name == "barabasi_albert":
         return nx.barabasi_albert_graph(nodes, 3, seed=seed)
-    return chung_lu(nodes, seed) if name == "chung_lu" else bter(nodes, seed)
+    if name == "chung_lu":
+        return chung_lu(nodes, seed)
+    if isinstance(bter_gamma, bool) or not isinstance(bter_gamma, int | float) or not 0 <= bter_gamma <= 5:
+        raise ValueError(f"bter_gamma={bter_gamma!r} is invalid, expected a degree exponent in [0, 5]")
+    return bter(nodes, seed, float(bter_gamma))
 
 
 def edge_index(G: nx.Graph) -> torch.Tensor:

@@ -2,43 +2,42 @@
 graph by removing (vaccinating) nodes, under edge-level (ε, δ)-DP.
 
 Nguyen, Srinivasan, Valieva, Vullikanti, Wu, "Controlling the Spread of Epidemics on Networks with Differential
-Privacy" (NeurIPS 2025, arXiv 2506.00745), with the released code of its max-degree experiments
-(github.com/alvinjwu666/dp_vaccine: ``dp_utils.MultiSetDP``, ``lp_utils.set_dp_multisets``).
+Privacy" (NeurIPS 2025, arXiv 2506.00745); released max-degree code github.com/alvinjwu666/dp_vaccine.
 
-**Multi-set multi-cover.** Sets S (here: one per node x, "vaccinate x") cover elements e (nodes) with
+**Multi-set multi-cover** (§3.2). Sets S (one per node x, "vaccinate x") cover elements e (nodes) with
 multiplicities m(S, e) >= 0; element e needs r_e units of cover. The utility of S under the remaining requirements
-r is u(S) = sum_e min(m(S, e), r_e).
+r is A(S) = sum_e min(m(S, e), r_e) (App. C.1.1).
 
-- ``PrivateMulSet`` (:func:`private_mul_set`, Gupta et al. 2010's private set cover lifted to multi-sets): for
-  i = 1..n pick a remaining set with probability proportional to exp(ε' u_i(S)), ε' = ε_c / (2 ln(e / δ_c)), then
-  r_e <- max(0, r_e - m(S_i, e)); the output is the permutation of all sets.
-- Greedy (:func:`greedy_cover`): pick the set of largest u(S) until every r_e = 0.
+- ``PrivateMulSet`` (:func:`private_mul_set`, Algorithm 5): ε' = ε / (2 ln(e / δ)); for i = 1..|S| draw a remaining
+  set with probability ∝ exp(ε' A^(i)(S)), then r_e <- max(0, r_e - m(S_i, e)); the output is the permutation π.
+  It is (ε, δ)-DP for instances that differ in one unit of one r_e or one m(S, e) (Lemma C.2).
+- Greedy (:func:`greedy_cover`): the set of largest A(S) until every r_e = 0 (an H_q-approximation).
+- An edge moves an instance by k units; group privacy runs Algorithm 5 at (ε / k, δ / (k e^((k-1) ε / k)))
+  (:func:`group_privacy`, Algorithm 1 line 7 for k = 4).
 
-**PrivateMaxDeg** (:func:`private_max_degree`): elements are nodes v with r_v = max(0, d_v - D); the set of node x
-holds each neighbour v of x with m = 1 and x itself with m = d_x (the released instance). One edge changes the
-instance by at most 6 units (r_a, r_b, m(S_a, b), m(S_b, a), m(S_a, a), m(S_b, b) by one each), so the
-permutation runs at (ε_c, δ_c) = (ε / 6, δ / 6), as the released code calls ``cover(eps / 6, delt / 6)``.
+**PrivateMaxDeg** (:func:`private_max_degree`, Algorithm 1): r_v = max(0, d_v - D); the set of x holds each
+neighbour with m = 1 and x itself with m = ∞ (stored as d_x >= r_x: the same utilities and updates). One edge
+(a, b) changes r_a, r_b, m(S_a, b), m(S_b, a) by one each: k = 4.
 
-- implicit (``explicit=False``): the private output is the permutation π; every node v takes the first sets of π
-  that cover it until r_v is met. The union of the taken sets is the vaccination set, equal to the sets of π whose
-  utility was positive when they were drawn; every residual degree is <= D, always.
-- explicit (``explicit=True``): ε is split in half. π is drawn at (ε / 2, δ) as above; AboveThreshold
-  (Dwork & Roth 2014, Algorithm 1) at ε_T = ε / 2 finds the first prefix π[:i] whose residual maximum degree
-  f_i = max_v d_{G - π[:i]}(v) (sensitivity 1 under an edge) is <= D: with T̂ = -D + Lap(2 / ε_T) and
-  ν_i ~ Lap(4 / ε_T), it stops at the first i with -f_i + ν_i >= T̂ and releases π[:i]. With probability
-  >= 1 - β the released set has maximum degree <= D + α, α = 8 (ln k + ln(2 / β)) / ε_T (:func:`explicit_bound`,
-  Dwork & Roth Theorem 3.24) over the k prefix lengths asked (:func:`geometric_lengths`: 0..9, then growing by
-  10 %, a data-independent grid; fewer queries than all n + 1 prefixes stop less often on noise alone).
+- implicit (``explicit=False``): every node v takes the first sets of π that cover it until r_v is met; the union
+  is the vaccination set (the sets of π of positive utility when drawn); every residual degree is <= D, always.
+- explicit (``explicit=True``, Algorithm 2): AboveThreshold on L(i) = max_S A^(i)(S), the largest utility left
+  before step i (sensitivity 1 per unit, so ``4 ε_1`` per edge): with T = 6 ln n / ε' (ε' Algorithm 5's per-step
+  scale), T' = T + Lap(2 / ε_1) and γ_i = L(i) + Lap(4 / ε_1), k is the first i with γ_i <= T' and the output is
+  π(1..k). Theorem 4.3: with probability >= 1 - β, Δ(G - π(1..k)) <= D + L(k) <= D + T + α,
+  α = 8 (ln n + ln(2 / β)) / ε_1 (β = 1 / n in the paper: α = (16 ln n + 8 ln 2) / ε_1); :func:`explicit_degree_bound`.
+  The budget split is ours: Algorithm 1 at ε / 2 and 4 ε_1 = ε / 2 (total ε, δ).
+- ``neighbours="multiset"``: the paper's experiments (Figures 2-3, Table 3) "relaxed the privacy to the multi-set
+  multi-cover definition": k = 1 (Algorithm 5 and ε_1 at the unit level, not edge-level DP).
 
-**PrivateSpectralRadius** (:func:`private_spectral_radius`): λ(H)^2 = λ(A_H^2) <= max_v s_v(H), the largest row
-sum of A_H^2, s_v = sum_{u in N(v)} d_u (the number of walks of length 2 from v; their squares sum to the number
-of length-4 walks). So λ(G - R) <= ρ once every s_v(G - R) <= ⌊ρ^2⌋: element v has r_v = max(0, s_v - ⌊ρ^2⌋);
-the set of node x holds each neighbour v with m = d_x (removing x deletes the d_x walks v-x-*, disjoint for
-distinct x, so the cover is sufficient) and x itself with m = s_x. One edge (a, b) changes this instance by at
-most 6 (d_a + d_b) + 6 <= 12 Δ̄ - 6 units for a public degree bound Δ̄ (``degree_bound``, default n - 1), so π
-runs at (ε, δ) / (12 Δ̄ - 6).
-The implicit solution always has λ <= ρ; the explicit one cuts π by AboveThreshold on λ(G - π[:i])
-(sensitivity 1) over a geometric grid of prefix lengths.
+**PrivateSpectralRadius** (:func:`private_spectral_radius`, Algorithm 4, §5.2, App. D.2): by Favaron et al.,
+λ(G) <= max_v sqrt(s_v), s_v = sum_{u in N(v)} d_u. Element v has r_v = max(0, s_v - ⌊ρ^2⌋); the set of x holds
+each neighbour with m = d_x (removing x lowers s_v by at least d_x) and x itself with m = ∞ (stored as s_x). So the
+implicit solution always has λ <= ρ. The paper counts 4 Δ units per edge (r_a, r_b, m(S_a, b), m(S_b, a) by up to
+Δ each); the edge also adds one to s_w and to m(S_a, w), m(S_b, w) at every other neighbour w, so we count
+4 (d_a + d_b) + 4 <= 8 Δ̄ - 4 units (:func:`spectral_units`) for a public degree bound Δ̄ (``degree_bound``,
+default n - 1; ours). The explicit spectral variant is ours (the paper gives Algorithm 2 for the max degree only):
+AboveThreshold at ε / 2 on λ(G - π[:i]) (sensitivity 1 per edge) over a geometric grid of prefix lengths.
 
 Notes: docs/methods/private_vaccination.md
 """
@@ -46,9 +45,9 @@ Notes: docs/methods/private_vaccination.md
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -56,7 +55,7 @@ from scipy.sparse.linalg import eigsh
 
 from trustlit.privacy.mechanisms import _check_delta, _check_positive
 
-MAX_DEGREE_UNITS = 6  # units of the max-degree instance one edge can change (released code: eps / 6)
+MAX_DEGREE_UNITS = 4  # units of the max-degree instance one edge changes (Algorithm 1; the released code uses 6)
 SPECTRAL_GRID_RATIO = 1.1  # explicit spectral cut: prefix lengths grow by this factor (plus every length < 10)
 
 
@@ -182,8 +181,15 @@ def greedy_cover(cover: MultiCover) -> np.ndarray:
 
 
 def per_step_epsilon(epsilon: float, delta: float) -> float:
-    """ε' = ε / (2 ln(e / δ)), the scale of each exponential-mechanism step of PrivateMulSet (Gupta et al. 2010)."""
+    """ε' = ε / (2 ln(e / δ)), the scale of each exponential-mechanism step of PrivateMulSet (Algorithm 5)."""
     return _check_positive("epsilon", epsilon) / (2 * math.log(math.e / _check_delta(delta)))
+
+
+def group_privacy(epsilon: float, delta: float, units: int) -> tuple[float, float]:
+    """(ε / k, δ / (k e^((k - 1) ε / k))): run at this, a unit-level (ε, δ)-DP mechanism is (ε, δ)-DP for inputs
+    k units apart (group privacy; Algorithm 1 line 7 with k = 4, Algorithm 4 lines 4-5 with k = 4 Δ)."""
+    step = epsilon / units
+    return step, delta / (units * math.exp((units - 1) * step))
 
 
 def exponential_step_probabilities(
@@ -207,10 +213,12 @@ def exponential_step(
 
 @dataclass(frozen=True)
 class PrivatePermutation:
-    """PrivateMulSet's output: the order of all sets, and each set's utility when it was drawn (not private)."""
+    """PrivateMulSet's output π, with (not private) each set's utility when drawn and L(i), the largest utility of the
+    sets left before step i (Algorithm 2's queries)."""
 
     order: np.ndarray
     gain: np.ndarray
+    largest: np.ndarray
 
     def implicit_solution(self) -> np.ndarray:
         """The sets some element takes (the first sets of the order that cover it until its requirement is met)."""
@@ -223,15 +231,18 @@ def private_mul_set(cover: MultiCover, epsilon: float, delta: float, rng: np.ran
     the rest of the order is uniform: it is drawn as one shuffle (the same distribution)."""
     scale = per_step_epsilon(epsilon, delta)
     state = _CoverState(cover)
-    order, gain = [], []
+    order, gain, largest = [], [], []
     while state.r.any():
+        largest.append(float(state.u.max()))  # closed sets hold u = 0 and utilities are >= 0
         s = exponential_step(state.u, scale, rng, state.open)
         gain.append(state.choose(s))
         order.append(s)
     rest = rng.permutation(np.flatnonzero(state.open))
+    tail = np.zeros(rest.size)
     return PrivatePermutation(
         np.concatenate([np.array(order, dtype=np.int64), rest]),
-        np.concatenate([np.array(gain), np.zeros(rest.size)]),
+        np.concatenate([np.array(gain), tail]),
+        np.concatenate([np.array(largest), tail]),
     )
 
 
@@ -239,7 +250,7 @@ def private_mul_set(cover: MultiCover, epsilon: float, delta: float, rng: np.ran
 
 
 def max_degree_cover(graph: ContactGraph, D: int) -> MultiCover:
-    """r_v = max(0, d_v - D); the set of x holds its neighbours (m = 1) and x itself (m = d_x)."""
+    """r_v = max(0, d_v - D); the set of x holds its neighbours (m = 1) and x itself (m = ∞, stored as d_x >= r_x)."""
     d = graph.degrees
     m = (graph.adjacency + sp.diags(d, dtype=np.int64)).tocsr()
     m.eliminate_zeros()
@@ -253,7 +264,8 @@ def walk2_counts(adjacency: sp.csr_matrix) -> np.ndarray:
 
 
 def spectral_cover(graph: ContactGraph, rho: float) -> MultiCover:
-    """r_v = max(0, s_v - ⌊ρ^2⌋); the set of x holds each neighbour (m = d_x) and x itself (m = s_x)."""
+    """r_v = max(0, s_v - ⌊ρ^2⌋); the set of x holds each neighbour (m = d_x) and x itself (m = ∞, stored as
+    s_x >= r_x)."""
     d, s = graph.degrees, walk2_counts(graph.adjacency)
     m = (sp.diags(d, dtype=np.int64) @ graph.adjacency + sp.diags(s, dtype=np.int64)).tocsr()
     m.eliminate_zeros()
@@ -261,10 +273,11 @@ def spectral_cover(graph: ContactGraph, rho: float) -> MultiCover:
 
 
 def spectral_units(degree_bound: int) -> int:
-    """Units of the spectral instance one edge (a, b) can change for degrees <= Δ̄ (d_a, d_b the degrees before it):
-    r: 2 (d_a + d_b) + 2 (s_v + 1 for each neighbour, s_a + d_b + 1, s_b + d_a + 1); m: 3 (d_a + d_b) + 4 in the sets
-    of a and b, plus the self-multiplicities s_v of their d_a + d_b neighbours. Total 6 (d_a + d_b) + 6 <= 12 Δ̄ - 6."""
-    return max(12 * degree_bound - 6, MAX_DEGREE_UNITS)
+    """Units of the spectral instance one edge (a, b) can change for degrees <= Δ̄ (d_a, d_b the degrees before it;
+    self-multiplicities are ∞ and do not move): r: s_a += d_b + 1, s_b += d_a + 1 and s_w += 1 at each of the
+    d_a + d_b other neighbours; m: m(S_a, b) = d_a + 1, m(S_b, a) = d_b + 1 and m(S_a, w), m(S_b, w) += 1 at the old
+    neighbours. Total 4 (d_a + d_b) + 4 <= 8 Δ̄ - 4 (the paper's Algorithm 4 counts 4 Δ)."""
+    return max(8 * degree_bound - 4, MAX_DEGREE_UNITS)
 
 
 def _check_D(D: int) -> int:
@@ -312,48 +325,38 @@ def spectral_radius_after(G: Any, removed: Collection[Hashable]) -> float:
 # --- AboveThreshold cut-off for the explicit variants --------------------------------------------------------
 
 
-def explicit_bound(n_queries: int, epsilon_threshold: float, beta: float) -> float:
-    """α = 8 (ln k + ln(2 / β)) / ε_T: AboveThreshold over k queries errs by more than α with probability <= β."""
+def above_threshold_alpha(n_queries: int, epsilon_1: float, beta: float) -> float:
+    """α = 8 (ln k + ln(2 / β)) / ε_1: AboveThreshold over k sensitivity-1 queries stops at a query more than α on
+    the wrong side of its threshold with probability <= β (Dwork & Roth 2014, Theorem 3.24; the paper's proof of
+    Theorem 4.3)."""
     if not 0 < beta < 1:
         raise ValueError(f"beta={beta!r} is invalid, expected a probability in (0, 1)")
-    return 8 * (math.log(n_queries) + math.log(2 / beta)) / _check_positive("epsilon_threshold", epsilon_threshold)
+    return 8 * (math.log(n_queries) + math.log(2 / beta)) / _check_positive("epsilon_1", epsilon_1)
 
 
-def above_threshold_cut(
-    query: Any, lengths: Sequence[int], bound: float, epsilon_threshold: float, rng: np.random.Generator
+def degree_threshold(n: int, scale: float) -> float:
+    """T = 6 ln n / ε', Algorithm 2's threshold on the largest remaining utility (ε' the per-step scale)."""
+    return 6 * math.log(max(n, 2)) / scale
+
+
+def explicit_degree_bound(n: int, scale: float, epsilon_1: float, beta: float | None = None) -> float:
+    """T + α: Algorithm 2's output has Δ(G - π(1..k)) <= D + T + α with probability >= 1 - β (β = 1 / n by default,
+    the paper's choice; Theorem 4.3)."""
+    queries = max(n, 2)
+    return degree_threshold(n, scale) + above_threshold_alpha(queries, epsilon_1, 1 / queries if beta is None else beta)
+
+
+def first_below(
+    query: Callable[[int], float], indices: Sequence[int], threshold: float, epsilon_1: float, rng: np.random.Generator
 ) -> int:
-    """The first prefix length i of ``lengths`` with -f(i) + Lap(4/ε_T) >= -bound + Lap(2/ε_T) (the last if none):
-    AboveThreshold on the queries -f(i), each evaluated only when reached."""
-    threshold = -bound + rng.laplace(scale=2 / epsilon_threshold)
-    for i in lengths:
-        if -query(i) + rng.laplace(scale=4 / epsilon_threshold) >= threshold:
+    """AboveThreshold (App. B, Algorithm 2 lines 2-6): the first i of ``indices`` with
+    query(i) + Lap(4 / ε_1) <= threshold + Lap(2 / ε_1) (the last index if none); queries are evaluated only when
+    reached."""
+    noisy_threshold = threshold + rng.laplace(scale=2 / epsilon_1)
+    for i in indices:
+        if query(i) + rng.laplace(scale=4 / epsilon_1) <= noisy_threshold:
             return int(i)
-    return int(lengths[-1])
-
-
-def prefix_max_degrees(graph: ContactGraph, order: np.ndarray) -> np.ndarray:
-    """f_i = the maximum degree after removing order[:i], for i = 0..n (degree histogram, max only decreases)."""
-    d = graph.degrees.copy()
-    count = np.bincount(d, minlength=int(d.max(initial=0)) + 1)
-    removed = np.zeros(graph.n, dtype=bool)
-    top = count.size - 1
-    out = np.empty(order.size + 1, dtype=np.int64)
-    a = graph.adjacency
-    for i, x in enumerate(order.tolist()):
-        while top > 0 and count[top] == 0:
-            top -= 1
-        out[i] = top
-        neighbours = a.indices[a.indptr[x] : a.indptr[x + 1]]
-        neighbours = neighbours[~removed[neighbours]]
-        np.subtract.at(count, d[neighbours], 1)
-        d[neighbours] -= 1
-        np.add.at(count, d[neighbours], 1)
-        count[d[x]] -= 1
-        count[0] += 1
-        d[x] = 0
-        removed[x] = True
-    out[-1] = 0
-    return out
+    return int(indices[-1])
 
 
 def geometric_lengths(n: int) -> list[int]:
@@ -373,23 +376,46 @@ def greedy_max_degree(G: Any, D: int) -> set[Hashable]:
     return graph.labels(greedy_cover(max_degree_cover(graph, D)))
 
 
+def _units(neighbours: str, edge_units: int) -> int:
+    if neighbours not in ("edge", "multiset"):
+        raise ValueError(f"neighbours={neighbours!r} is invalid, expected 'edge' (edge-level DP) or 'multiset'")
+    return edge_units if neighbours == "edge" else 1
+
+
 def private_max_degree(
-    G: Any, D: int, epsilon: float, delta: float, *, explicit: bool = True, seed: int = 0
+    G: Any,
+    D: int,
+    epsilon: float,
+    delta: float,
+    *,
+    explicit: bool = True,
+    seed: int = 0,
+    neighbours: Literal["edge", "multiset"] = "edge",
+    threshold_epsilon: float | None = None,
 ) -> set[Hashable]:
-    """PrivateMaxDeg at edge-level (ε, δ)-DP: implicit (every degree <= D) or explicit (<= D + α w.p. 1 - β,
-    :func:`explicit_bound` with ε_T = ε / 2 and k = len(geometric_lengths(n))) — module docstring."""
+    """PrivateMaxDeg (Algorithm 1) at edge-level (ε, δ)-DP, k = 4 units per edge (``neighbours="multiset"``: k = 1,
+    the paper's relaxed experiments). Implicit: every degree <= D. Explicit (Algorithm 2): AboveThreshold with ε_1
+    on L(i), so Δ <= D + :func:`explicit_degree_bound` w.p. >= 1 - 1 / n. With ``threshold_epsilon`` = ε_1 (the
+    paper's accounting) Algorithm 1 runs at ε and the total is (ε + k ε_1, δ); without it (ours) Algorithm 1 runs at
+    ε / 2 and ε_1 = ε / (2 k), total (ε, δ)."""
     graph, D = contact_graph(G), _check_D(D)
     _check_positive("epsilon", epsilon)
     _check_delta(delta)
+    units = _units(neighbours, MAX_DEGREE_UNITS)
     rng = np.random.default_rng(seed)
     cover = max_degree_cover(graph, D)
     if not explicit:
-        order = private_mul_set(cover, epsilon / MAX_DEGREE_UNITS, delta / MAX_DEGREE_UNITS, rng)
-        return graph.labels(order.implicit_solution())
-    order = private_mul_set(cover, epsilon / 2 / MAX_DEGREE_UNITS, delta / MAX_DEGREE_UNITS, rng).order
-    degrees = prefix_max_degrees(graph, order)
-    cut = above_threshold_cut(degrees.__getitem__, geometric_lengths(graph.n), D, epsilon / 2, rng)
-    return graph.labels(order[:cut])
+        return graph.labels(private_mul_set(cover, *group_privacy(epsilon, delta, units), rng).implicit_solution())
+    if threshold_epsilon is None:
+        epsilon, epsilon_1 = epsilon / 2, epsilon / (2 * units)
+    else:
+        epsilon_1 = _check_positive("threshold_epsilon", threshold_epsilon)
+    step_epsilon, step_delta = group_privacy(epsilon, delta, units)
+    permutation = private_mul_set(cover, step_epsilon, step_delta, rng)
+    threshold = degree_threshold(graph.n, per_step_epsilon(step_epsilon, step_delta))
+    largest = permutation.largest
+    k = first_below(lambda i: largest[i - 1], range(1, graph.n + 1), threshold, epsilon_1, rng)
+    return graph.labels(permutation.order[:k])
 
 
 def greedy_spectral_radius(G: Any, rho: float) -> set[Hashable]:
@@ -408,8 +434,9 @@ def private_spectral_radius(
     explicit: bool = False,
     degree_bound: int | None = None,
 ) -> set[Hashable]:
-    """PrivateSpectralRadius at edge-level (ε, δ)-DP for graphs of maximum degree <= ``degree_bound`` (public,
-    default n - 1): implicit (λ <= ρ always) or explicit (AboveThreshold cut on λ, ε split in half)."""
+    """PrivateSpectralRadius (Algorithm 4) at edge-level (ε, δ)-DP for graphs of maximum degree <= ``degree_bound``
+    (public, default n - 1; k = :func:`spectral_units` per edge): implicit (λ <= ρ always) or explicit (ours:
+    Algorithm 4 at ε / 2, then AboveThreshold at ε / 2 on λ over :func:`geometric_lengths`)."""
     graph, rho = contact_graph(G), _check_rho(rho)
     _check_positive("epsilon", epsilon)
     _check_delta(delta)
@@ -423,14 +450,13 @@ def private_spectral_radius(
     rng = np.random.default_rng(seed)
     cover = spectral_cover(graph, rho)
     if not explicit:
-        return graph.labels(private_mul_set(cover, epsilon / units, delta / units, rng).implicit_solution())
-    order = private_mul_set(cover, epsilon / 2 / units, delta / units, rng).order
+        return graph.labels(private_mul_set(cover, *group_privacy(epsilon, delta, units), rng).implicit_solution())
+    order = private_mul_set(cover, *group_privacy(epsilon / 2, delta, units), rng).order
 
     def radius(i: int) -> float:
         return _spectral_radius(residual(graph, order[:i]))
 
-    cut = above_threshold_cut(radius, geometric_lengths(graph.n), rho, epsilon / 2, rng)
-    return graph.labels(order[:cut])
+    return graph.labels(order[: first_below(radius, geometric_lengths(graph.n), rho, epsilon / 2, rng)])
 
 
 # --- epidemic outcome ---------------------------------------------------------------------------------------------
