@@ -59,6 +59,8 @@ class VaccinationSetting:
     spectral_target: float = 3.0
     delta: float = 1e-6
     degree_bound: int | None = None
+    neighbours: str = "edge"
+    threshold_epsilon: float | None = None
     sir_beta: float = 0.1
     sir_gamma: float = 0.2
     sir_seeds: int = 1
@@ -73,7 +75,14 @@ def vaccinate(
         if strategy == "greedy":
             return greedy_max_degree(G, setting.degree_target)
         return private_max_degree(
-            G, setting.degree_target, epsilon, setting.delta, explicit=strategy == "private_explicit", seed=seed
+            G,
+            setting.degree_target,
+            epsilon,
+            setting.delta,
+            explicit=strategy == "private_explicit",
+            seed=seed,
+            neighbours=setting.neighbours,
+            threshold_epsilon=setting.threshold_epsilon,
         )
     if strategy == "greedy":
         return greedy_spectral_radius(G, setting.spectral_target)
@@ -181,6 +190,10 @@ class PrivateVaccination(AnalysisModule):
         spectral_target: ρ, the spectral radius to reach.
         degree_bound: the public bound on the maximum degree that PrivateSpectralRadius's privacy assumes
             (None: n - 1).
+        neighbours: ``edge`` (edge-level DP) or ``multiset`` (the paper's relaxed experiments: one unit of the
+            multi-cover instance; max degree only).
+        threshold_epsilon: ε_1 of the explicit max-degree cut (the paper's accounting: total ε + k ε_1); None
+            splits ε in half (ours).
         sir_beta, sir_gamma: SIR transmission (per contact per step) and recovery probabilities.
         sir_seeds: initially infected nodes (random, not vaccinated) per SIR run; ``sir_runs`` runs per set.
     """
@@ -195,6 +208,8 @@ class PrivateVaccination(AnalysisModule):
         degree_target: NonNegativeInt = 5,
         spectral_target: NonNegativeFloat = 3.0,
         degree_bound: PositiveInt | None = None,
+        neighbours: Literal["edge", "multiset"] = "edge",
+        threshold_epsilon: PositiveFloat | None = None,
         sir_beta: ClosedUnitInterval = 0.1,
         sir_gamma: ClosedUnitInterval = 0.2,
         sir_seeds: PositiveInt = 1,
@@ -226,6 +241,8 @@ class PrivateVaccination(AnalysisModule):
             spectral_target=float(spectral_target),
             delta=float(delta),
             degree_bound=None if degree_bound is None else int(degree_bound),
+            neighbours=str(neighbours),
+            threshold_epsilon=None if threshold_epsilon is None else float(threshold_epsilon),
             sir_beta=float(sir_beta),
             sir_gamma=float(sir_gamma),
             sir_seeds=int(sir_seeds),
@@ -294,7 +311,7 @@ class PrivateVaccination(AnalysisModule):
                     style = "--" if r["strategy"] == "greedy" else ":"
                     axis.axhline(r["outbreak"], linestyle=style, color="grey", label=r["strategy"])
             axis.set_xscale("log", base=2)
-            axis.set_xlabel("epsilon (edge-level)")
+            axis.set_xlabel(f"epsilon ({self.setting.neighbours}-level)")
             axis.set_ylabel("mean final outbreak fraction")
             axis.set_title(f"{name}: {objective.replace('_', ' ')}")
             axis.legend(fontsize=8)
