@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ if not __package__:  # run as benchmarks/privacy_distribution.py: import this re
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 
-from benchmarks.common import command_line, provenance, repo_path, table, with_provenance
+from benchmarks.common import repo_path, table
 from trustlit.audit import run_canary_audit
 from trustlit.data.distribution_samples import DistributionSamples
 from trustlit.paths import atomic_path
@@ -42,7 +41,6 @@ from trustlit.privacy.distribution import (
 )
 
 SCRIPT = "benchmarks/privacy_distribution.py"
-DEFAULT_OUTPUT = "docs/benchmarks/privacy_distribution_section.md"
 DEFAULT_WORKDIR = "runs/benchmarks/privacy_distribution"
 TOFU = repo_path("..") / "shared" / "data" / "tofu"
 DISTRIBUTIONS = ("power_law_1", "power_law_1.5", "power_law_2", "uniform", "tofu_tokens", "fictitious_tokens")
@@ -233,17 +231,10 @@ score log(q_1 / q_0). The private estimators must stay below their claim; the no
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Private distribution estimation in KL (section 'distribution').")
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (d = 1e3, n <= 1e4, 5 draws)")
-    parser.add_argument("--output", default=DEFAULT_OUTPUT, help="markdown section (relative: to the repo)")
-    add_distribution_arguments(parser)
-    args = parser.parse_args(argv)
-    load = os.getloadavg()[0]
-    text = with_provenance(distribution_section(args), provenance(command_line(SCRIPT, argv), args.quick, load))
-    output = repo_path(args.output)
-    with atomic_path(output) as temporary:
-        temporary.write_text(text, encoding="utf-8")
-    print(text)
+    """The section alone, into docs/benchmarks/privacy.md: ``benchmarks/privacy.py --sections distribution``."""
+    from benchmarks.privacy import main as privacy_main  # privacy.py imports this module: import at call time
+
+    privacy_main(["--sections", "distribution", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
