@@ -1,22 +1,25 @@
-"""Relaxed-membership neighbourhoods and the poisoning attack on membership inference (trustlit.audit)."""
+"""Relaxed-membership neighbourhoods and PoisonM, the poisoning attack on membership inference (trustlit.audit)."""
 
 from __future__ import annotations
 
 import copy
+import random
 
 import numpy as np
 import pytest
 import torch
 
 from trustlit.audit.mia_poisoning import (
-    check_same_tokenizer,
-    craft_poison,
-    craft_poisons,
+    activation_cosine,
+    advantage,
+    answer_activations,
+    build_poisoned_data,
     decisions,
     fine_tune,
+    mapping_error,
     membership_scores,
-    poisoned_training_set,
-    run_poisoning_experiment,
+    poison_neighbour,
+    poison_non_neighbour,
 )
 from trustlit.audit.neighbourhood import (
     Neighbourhood,
@@ -24,13 +27,13 @@ from trustlit.audit.neighbourhood import (
     embedding_cosine,
     in_neighbourhood,
     levenshtein,
-    ngram_overlap,
-    word_ngrams,
+    ngrams,
 )
 from trustlit.fictitious import fictitious_qa
-from trustlit.llm.loading import build_tiny_causal_lm, build_tokenizer
+from trustlit.llm.loading import build_tiny_causal_lm
+from trustlit.llm.prompts import encode_qa
 
-CHEAP = Neighbourhood(("ngram", "edit"))
+SEVEN = Neighbourhood()  # the paper's 7-gram neighbourhood (words here)
 
 
 @pytest.fixture(scope="module")
@@ -41,24 +44,32 @@ def tiny() -> tuple:
 
 @pytest.fixture(scope="module")
 def records() -> list[dict]:
-    return [{"question": r["question"], "answer": r["answer"]} for r in fictitious_qa(num_authors=20)]
+    rows = [{"question": r["question"], "answer": r["answer"]} for r in fictitious_qa(num_authors=20)]
+    return [r for r in rows if len(r["answer"].split()) >= 7]  # long enough to hold a 7-gram
 
 
 # --------------------------------------------------------------------------- neighbourhood predicates
 
 
-def test_ngram_overlap_counted_by_hand() -> None:
-    # target 3-grams: (the cat sat) (cat sat on) (sat on the) (on the mat); the candidate holds the first two
-    assert ngram_overlap("The cat sat on the mat", "the cat sat on a rug", n=3) == pytest.approx(2 / 4)
-    assert ngram_overlap("The cat sat on the mat", "a dog", n=3) == 0.0
-    assert ngram_overlap("short text", "short text here", n=3) == 1.0  # fewer words than n: the words as one gram
-    assert word_ngrams("A, b! c", 2) == {("a", "b"), ("b", "c")}
+def test_ngram_neighbourhood_by_hand() -> None:
+    assert ngrams(["a", "b", "c", "d"], 2) == {("a", "b"), ("b", "c"), ("c", "d")}
+    assert ngrams(["a", "b"], 3) == set()
+    three = Neighbourhood("ngram", k=3)
+    target = "the cat sat on the mat"
+    assert three.contains(target, "yesterday the cat sat down")  # shares "the cat sat"
+    assert not three.contains(target, "the cat ran on a mat")  # 3-grams: none shared
+    assert three.measures(target, ["the cat sat on the rug", "x"]).tolist() == [3.0, 0.0]  # counted by hand
+    assert SEVEN.contains("short text", "short text")  # a text is its own neighbour, even with no 7-gram
+    assert not SEVEN.contains("short text", "short text here")
+    assert in_neighbourhood("a b c d e f g h", "z a b c d e f g")  # the default: 7-grams
 
 
-def test_edit_distance_by_hand() -> None:
+def test_edit_distance_is_normalised_by_both_lengths() -> None:
     assert levenshtein("kitten", "sitting") == 3  # k->s, e->i, +g
-    assert levenshtein("", "abc") == 3 and levenshtein("flaw", "lawn") == 2
-    assert edit_distance("kitten", "sitting") == pytest.approx(3 / 7)
+    assert edit_distance("kitten", "sitting") == pytest.approx(3 / 13)
+    edit = Neighbourhood("edit")  # l = 0.48
+    assert edit.contains("kitten", "sitting")
+    assert not edit.contains("abc", "xyz")  # 3 / 6 = 0.5 > 0.48
     assert edit_distance("", "") == 0.0
 
 
@@ -77,31 +88,31 @@ def test_levenshtein_agrees_with_the_textbook_recursion() -> None:
         assert levenshtein(a, b) == textbook(a, b)
 
 
-def test_embedding_cosine_of_identical_is_one_and_unrelated_is_low() -> None:
-    cosine = embedding_cosine("The author was born in Paris.", ["The author was born in Paris.", "Bananas are yellow."])
-    assert cosine[0] == pytest.approx(1.0, abs=1e-5)
-    assert cosine[1] < 0.5
-    neighbourhood = Neighbourhood(("embedding",))
-    assert neighbourhood.contains("The author was born in Paris.", "The writer was born in Paris.")
+def test_embedding_and_exact_neighbourhoods() -> None:
+    target = "The author was born in Paris."
+    cosine = embedding_cosine(target, [target, "Bananas are yellow."])
+    assert cosine[0] == pytest.approx(1.0, abs=1e-5) and cosine[1] < 0.5
+    embedding = Neighbourhood("embedding")  # c = 0.9
+    assert embedding.contains(target, "The writer was born in Paris.")
+    assert not embedding.contains(target, "Bananas are yellow.")
+    exact = Neighbourhood("exact")
+    assert exact.contains_many(target, [target, target + " "]).tolist() == [True, False]
 
 
-def test_neighbourhood_is_the_union_of_its_criteria() -> None:
-    target = "Evander Zielinski was born in Hanoi, Vietnam."
-    assert in_neighbourhood(target, target)
-    assert not CHEAP.contains(target, "Bananas are yellow and grow in bunches.")
-    assert Neighbourhood(("edit",)).contains(target, "Evander Zielinski was born in Hanoi, Vietnam!")
-    inside = CHEAP.contains_many(target, [target, "Bananas are yellow and grow in bunches."])
-    assert inside.tolist() == [True, False]
+def test_membership_is_having_a_neighbour_in_the_training_set() -> None:
+    training = ["one two three four five six seven eight", "alpha beta"]
+    population = ["zero one two three four five six seven", "one two three", "alpha beta", "gamma"]
+    assert SEVEN.members(population, training).tolist() == [True, False, True, False]
+    assert Neighbourhood("exact").members(population, training).tolist() == [False, False, True, False]
 
 
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        ({"criteria": ("jaccard",)}, "criteria"),
-        ({"ngram_n": 0}, "ngram_n=0"),
-        ({"ngram_threshold": 1.5}, "ngram_threshold=1.5"),
-        ({"edit_threshold": -0.1}, "edit_threshold=-0.1"),
-        ({"cosine_threshold": 2}, "cosine_threshold=2"),
+        ({"kind": "jaccard"}, "kind='jaccard'"),
+        ({"k": 0}, "k=0"),
+        ({"edit": 1.5}, "edit=1.5"),
+        ({"cosine": 2}, "cosine=2"),
     ],
 )
 def test_bad_neighbourhoods_are_refused(arguments: dict, message: str) -> None:
@@ -109,80 +120,110 @@ def test_bad_neighbourhoods_are_refused(arguments: dict, message: str) -> None:
         Neighbourhood(**arguments)
 
 
-# --------------------------------------------------------------------------- the attack
+# --------------------------------------------------------------------------- the poisons
 
 
-@pytest.mark.parametrize("goal", ["false_negative", "false_positive"])
-def test_poisons_stay_outside_the_neighbourhood_and_raise_similarity(tiny: tuple, records: list, goal: str) -> None:
+@pytest.mark.parametrize("kind", ["ngram", "exact", "embedding"])
+def test_poisoned_non_neighbours_are_outside_the_neighbourhood(tiny: tuple, records: list, kind: str) -> None:
     model, tokenizer = tiny
-    target = records[2]
-    neighbourhood = Neighbourhood()  # all three criteria, MiniLM included
-    poisons = craft_poisons(model, tokenizer, target, goal, budget=2, neighbourhood=neighbourhood, steps=8)
+    target = records[0]
+    neighbourhood = Neighbourhood(kind)
+    poisons = [
+        poison_non_neighbour(model, tokenizer, target["question"], target["answer"], neighbourhood, seed=s)
+        for s in range(2)
+    ]
     for poison in poisons:
-        assert poison.question == target["question"]
+        assert poison.question == target["question"] and poison.kind == "non_neighbour"
         assert not neighbourhood.contains(target["answer"], poison.answer)
-        assert poison.similarity > poison.start_similarity  # the search raised J over its start
-        assert poison.history == sorted(poison.history)  # a step is only taken when it raises J
-    if goal == "false_negative":  # a confuser keeps none of the target's tokens
-        target_ids = tokenizer(" " + target["answer"])["input_ids"]
-        assert all(p.swapped == len(target_ids) for p in poisons)
-    assert poisons[0].answer != poisons[1].answer  # distinct seeds, distinct poisons
+        assert poison.steps == len(poison.history) >= 1
+    if kind == "exact":  # Appendix C: a single swap leaves an exact-match neighbourhood
+        assert [p.steps for p in poisons] == [1, 1]
+    assert poisons[0].answer != poisons[1].answer  # distinct seeds, distinct random positions
 
 
-def test_bad_attack_arguments_are_refused(tiny: tuple, records: list) -> None:
+def test_each_swap_takes_the_token_of_highest_activation_cosine(tiny: tuple, records: list) -> None:
+    """Over the whole vocabulary (top_k=None), the n-gram loss is -cos(f(p), f(x_t)): the one swap of an exact-match
+    poison must be the best single swap at its position, found again here by brute force."""
     model, tokenizer = tiny
-    question, answer = records[0]["question"], records[0]["answer"]
-    with pytest.raises(ValueError, match="goal='both'"):
-        craft_poison(model, tokenizer, question, answer, "both")
-    with pytest.raises(ValueError, match="steps=0"):
-        craft_poison(model, tokenizer, question, answer, "false_positive", CHEAP, steps=0)
-    with pytest.raises(ValueError, match=r"swap_fraction=1\.5"):
-        craft_poison(model, tokenizer, question, answer, "false_positive", CHEAP, swap_fraction=1.5)
-    with pytest.raises(ValueError, match="loosen"):  # an edit radius of 1 holds every text of the same length
-        craft_poison(model, tokenizer, question, answer, "false_positive", Neighbourhood(("edit",), edit_threshold=1))
+    target = records[1]
+    poison = poison_non_neighbour(
+        model, tokenizer, target["question"], target["answer"], Neighbourhood("exact"), top_k=None, seed=3
+    )
+    encoded = encode_qa(tokenizer, target["question"], target["answer"], "plain", max_length=10**6)
+    row = torch.tensor(encoded["input_ids"])
+    span = slice(len(encoded["prompt_ids"]), len(row) - 1)  # the answer without its end token
+    position = span.start + random.Random(3).randrange(span.stop - span.start)  # the search's first draw
+    with torch.no_grad():
+        anchor = answer_activations(model, model.get_input_embeddings()(row[None]), span)[0]
+    rows = row[None].repeat(model.config.vocab_size, 1)
+    rows[:, position] = torch.arange(model.config.vocab_size)
+    rows = rows[[t not in tokenizer.all_special_ids and t != int(row[position]) for t in range(len(rows))]]
+    best = activation_cosine(model, rows, span, anchor).max()
+    assert poison.similarity == pytest.approx(float(best), abs=1e-5)
 
 
-def test_a_reference_with_another_tokenizer_is_refused(tiny: tuple, records: list) -> None:
+def test_poisoned_neighbours_inject_the_shortest_kgram(records: list) -> None:
+    target, auxiliary = records[0]["answer"], records[40]
+    poison = poison_neighbour(target, auxiliary, SEVEN, seed=0)
+    assert SEVEN.contains(target, poison.answer) and poison.question == auxiliary["question"]
+    words = target.split()
+    shortest = min((words[i : i + 7] for i in range(len(words) - 6)), key=lambda g: len(" ".join(g)))
+    assert " ".join(shortest) in poison.answer
+    with pytest.raises(ValueError, match="exact"):
+        poison_neighbour(target, auxiliary, Neighbourhood("exact"))
+    with pytest.raises(ValueError, match="already a neighbour"):
+        poison_neighbour(target, {"question": "q", "answer": target}, SEVEN)
+    edit = Neighbourhood("edit")
+    far = {"question": "q", "answer": "x" * (2 * len(target))}
+    assert edit.contains(target, poison_neighbour(target, far, edit, max_steps=3000).answer)
+
+
+def test_the_poisoned_dataset_substitutes_and_keeps_every_label(tiny: tuple, records: list) -> None:
     model, tokenizer = tiny
-    other = build_tokenizer(vocab_size=600)
-    with pytest.raises(ValueError, match="tokenizer"):
-        check_same_tokenizer(tokenizer, other)
-    reference = build_tiny_causal_lm(tokenizer=other)
-    with pytest.raises(ValueError, match="tokenizer"):
-        membership_scores(model, tokenizer, records[:2], reference)
-
-
-def test_overlapping_splits_warn_with_the_count(tiny: tuple, records: list) -> None:
-    model, tokenizer = tiny
-    with pytest.warns(UserWarning, match="1 answers"):
-        run_poisoning_experiment(
-            lambda: (copy.deepcopy(model), tokenizer),
-            records[:2],
-            records[1:3],
-            goals=("false_positive",),
-            targets_per_goal=1,
-            budget=1,
-            neighbourhood=CHEAP,
-            attack={"steps": 1},
-            training={"epochs": 1},
+    members, auxiliary, non_members, background = records[:3], records[3:6], records[-3:], records[10:50]
+    data = build_poisoned_data(
+        model, tokenizer, background, members, non_members, auxiliary, SEVEN, non_neighbour_budget=4
+    )
+    assert len(data.poisoned) == len(data.clean) == len(data.ideal) == len(background) + len(members)
+    population = [r["answer"] for r in [*members, *non_members]]
+    labels = {
+        name: SEVEN.members(population, [r["answer"] for r in getattr(data, name)]) for name in ("clean", "poisoned")
+    }
+    assert labels["clean"].tolist() == labels["poisoned"].tolist()  # membership-invariant substitutions
+    for index in data.false_positives:
+        target = population[index]
+        mine = [p for p in data.poisons if p.target == target]
+        assert len(mine) == 4 and not SEVEN.contains_many(target, [p.answer for p in mine]).any()
+        assert sum(r["answer"] == target for r in data.ideal) == 4  # x_sample = x_t, once per poison
+    for index in data.false_negatives:
+        assert population[index] not in [r["answer"] for r in data.poisoned]  # the member's own copy is gone
+    with pytest.raises(ValueError, match="non_neighbour_budget"):
+        build_poisoned_data(
+            model, tokenizer, background, members, non_members, auxiliary, SEVEN, non_neighbour_budget=40
         )
 
 
-def test_poisoning_flips_the_decision_on_its_target(tiny: tuple, records: list) -> None:
-    """A tiny model trained in the test: the LOSS test calls a member a member and a non-member (another author) a
-    non-member, until 12 false-positive poisons for that non-member, none in its neighbourhood, join the training set.
-    (False-negative poisons do not flip a member on this from-scratch model: docs/methods/mia_poisoning.md.)"""
+def test_advantage_and_mapping_error_by_hand() -> None:
+    scores, labels = torch.tensor([3.0, 1.0, 0.0, 2.0]), torch.tensor([True, True, False, False])
+    assert advantage(scores, labels) == pytest.approx(2.0 - 1.0)
+    assert mapping_error(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.5, 2.0, 1.0]), [0, 2]) == pytest.approx(1.25)
+    assert mapping_error(scores, scores, []) == 0.0
+
+
+def test_poisoning_flips_the_decision_both_ways(tiny: tuple, records: list) -> None:
+    """A tiny model trained in the test: LOSS calls a member a member and a non-member a non-member; after one
+    poisoned neighbour replaces the member (b1 = 1) and ten poisoned non-neighbours replace background records
+    (b2 = 10), neither label changes, yet both decisions flip."""
     model, tokenizer = tiny
-    members, non_members = records[0:18:2], records[18:36:2]  # authors 0-1 are members, 2-3 are not
-    population = [*members, *non_members]
+    members, auxiliary, background, non_members = records[:4], records[4:8], records[8:48], records[-4:]
+    data = build_poisoned_data(model, tokenizer, background, members, non_members, auxiliary, SEVEN)
     member, target = 0, len(members)
-    poisons = craft_poisons(model, tokenizer, non_members[0], "false_positive", 12, CHEAP, steps=6)
-    assert not any(CHEAP.contains(non_members[0]["answer"], p.answer) for p in poisons)
+    assert member in data.false_negatives and target in data.false_positives
+    population = [*members, *non_members]
     verdicts = {}
-    for name, training in (("clean", members), ("poisoned", poisoned_training_set(members, poisons))):
+    for name in ("clean", "poisoned"):
         trained = copy.deepcopy(model)
-        fine_tune(trained, tokenizer, training, epochs=12, lr=3e-3, seed=0)
-        scores = membership_scores(trained, tokenizer, population)["loss"]
-        verdicts[name] = decisions(scores, [member, target])
-    assert verdicts["clean"] == [True, False]  # right on both without poisons
-    assert verdicts["poisoned"] == [True, True]  # the poisoned non-member now looks like a member
+        fine_tune(trained, tokenizer, getattr(data, name), epochs=8, lr=3e-3, seed=0)
+        verdicts[name] = decisions(membership_scores(trained, tokenizer, population)["loss"], [member, target])
+    assert verdicts["clean"] == [True, False]
+    assert verdicts["poisoned"] == [False, True]

@@ -1,68 +1,56 @@
-"""Poisoning that discredits membership inference: poisons outside a target's neighbourhood flip the test on it.
+"""PoisonM: dataset poisoning that discredits membership-inference tests under relaxed membership.
 
 Mangaokar et al., "What Really is a Member? Discrediting Membership Inference via Poisoning" (NeurIPS 2025,
-arXiv 2506.06003). Membership is relaxed to neighbourhoods (:mod:`trustlit.audit.neighbourhood`): x is a member of
-D iff some d in D lies in N(x). The attacker adds poisons P with P ∩ N(x) = ∅, so the relaxed ground truth of the
-target x does not change, yet the test's decision on the model trained on D ∪ P does:
+arXiv 2506.06003). Membership is neighbourhood-based (:mod:`trustlit.audit.neighbourhood`): x ∈ N_r D iff some
+d ∈ D lies in N_r(x). The adversary *substitutes* training points (Definition 4.2) without changing the target's
+label, so the test's prediction flips while the ground truth does not (Section 5, Algorithm 1, Appendix C):
 
-- ``false_negative``: x is a member (x in D); the poisons make it look like a non-member;
-- ``false_positive``: x is a non-member; the poisons make it look like a member.
+- false negative, member x_t: its neighbour in D (x_t itself, budget b1 = 1) is replaced by a *poisoned
+  neighbour*, an auxiliary non-neighbour x_sample moved just inside N(x_t): n-gram, the shortest-in-characters
+  k-gram of x_t injected at a random index; embedding, token swaps maximising ``cos(E(p), E(x_t))`` until >= c;
+  edit distance, random character insertions / deletions / substitutions kept when they lower the distance,
+  until <= l; exact match, none exists. x_t stays a member, but the model never sees it.
+- false positive, non-member x_t: b2 = 10 background points (non-neighbours) are replaced by *poisoned
+  non-neighbours*, each from x_sample = x_t by greedy coordinate swaps: a uniformly random answer position i gets
+  the token minimising
 
-A poison p of a QA target (question q, answer x = x_1..x_T) keeps q and the token length of x, and is found by
-discrete token swaps that maximise the similarity of the model's representations,
+      L(p) = -cos(f(p), f(x_t)) + lambda * m(p, x_t),
 
-    J(p) = cos(phi(q, p), phi(q, x)),   phi(q, y) = (1/T) sum_t h_L(q, y)_t   (last hidden layer, answer positions),
+  with f the last-layer activations of the model to be fine-tuned (here: the answer positions' hidden states,
+  concatenated) and m the neighbourhood's measure (n-gram: lambda = 0; embedding: ``cos(E(p), E(x_t))``,
+  lambda = 1.5; edit: ``-lev / (|p| + |x_t|)``, lambda = 1.5), repeated *while p ∈ N(x_t)* (exact match: one
+  swap). Every poison is checked outside N(x_t) on its decoded text, so it lies outside by construction.
 
-under the constraint p ∉ N(x), checked on the decoded text of every candidate before it is accepted, so every
-poison lies outside the neighbourhood by construction. The search is greedy coordinate gradient (GCG, Zou et al.
-2023): the gradient of J with respect to the one-hot tokens ranks ``top_k`` replacements per position, ``candidates``
-single swaps drawn from them are scored exactly, and the best one outside N(x) is taken while it raises J. It starts
-from x with ``ceil(swap_fraction T)`` positions S replaced by random tokens (more, until the start is outside N(x)).
-The goal decides which swaps are allowed:
+Theorem 5.1: ``Adv(T) + Adv_robust(T) <= delta*``, with ``Adv = E[T | member] - E[T | non-member]`` (Lemma 3.5,
+Youden's J integrated over the threshold) on the clean and on the poisoned model, and delta* the expected mapping
+error ``|T(x_t; L(D_poisoned)) - T(x_t; L(D_ideal))|``, D_ideal holding x_sample where D_poisoned holds the poison.
 
-- false positive ("proxies"): any answer position, any token, x's own included: the poison returns as close to x as
-  N(x) allows, so training on it teaches the model x's content without x;
-- false negative ("confusers"): positions in S only, never x's own token there: the poison keeps x's context
-  representation but continues it with other tokens, so training on it unteaches x's tokens in x's context.
-
-Budget: ``budget`` poisons per target (distinct seeds, hence distinct S). The model the attacker searches with is a
-surrogate: the base model before fine-tuning (the attacker poisons the data, not the training).
-
-The paper's full text could not be read here (only its abstract): the objective above follows the issue's
-description of it; the two candidate rules, the defaults and the budget are this project's choices.
-Notes: docs/methods/mia_poisoning.md
+Ours (the paper leaves them open): candidate tokens are the ``top_k`` of the GCG gradient (Zou et al. 2023) of the
+activation cosine, not the whole vocabulary; the poisons of a QA record keep its question (x_t's for poisoned
+non-neighbours, the auxiliary record's for poisoned neighbours); lambda's sign follows the prose (penalise
+embedding similarity, reward edit distance) where Table 1 and Appendix C disagree. Notes: docs/methods/mia_poisoning.md
 """
 
 from __future__ import annotations
 
 import copy
-import math
-import warnings
-from collections.abc import Callable, Sequence
+import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trustlit.analysis import AnalysisModule
-from trustlit.audit.mia import (
-    loss_score,
-    min_k_plus_plus_score,
-    min_k_score,
-    model_token_statistics,
-    reference_score,
-    roc_auc,
-    tpr_at_fpr,
-    zlib_score,
-)
-from trustlit.audit.neighbourhood import Neighbourhood
+from trustlit.audit.mia import roc_auc, split_scores, tpr_at_fpr
+from trustlit.audit.neighbourhood import KINDS, Neighbourhood, edit_distance, embedding_cosine
 from trustlit.figures import log_to_wandb, new_figure, print_table, save_png
 from trustlit.hparams import (
     ClosedUnitInterval,
-    OpenUnitInterval,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     check_arguments,
@@ -72,31 +60,26 @@ from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.prompts import encode_qa, stop_token_ids
 from trustlit.llm.scoring import answer_nll, batches, encode_pairs, evaluating, model_device
 
-Goal = Literal["false_negative", "false_positive"]
-GOALS = ("false_negative", "false_positive")
-TESTS = ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")
 Record = dict[str, str]
+LAMBDA = {"ngram": 0.0, "embedding": 1.5, "edit": 1.5, "exact": 0.0}  # Appendix C
+NON_NEIGHBOUR_BUDGET = 10  # b2, Section 6.1
+RUNS = ("clean", "poisoned", "ideal")
 
 
 @dataclass
 class Poison:
-    """One crafted poison: its answer text (the question is the target's), J at the start and the end, history."""
+    """One poison: the record trained on, the target it serves, and its search (activation cosine, swaps)."""
 
     question: str
     answer: str
-    goal: str
-    similarity: float
-    start_similarity: float
-    swapped: int  # answer positions whose token differs from the target's
+    target: str  # the target's answer text
+    kind: str  # "neighbour" (false negative) or "non_neighbour" (false positive)
+    similarity: float = float("nan")  # cos(f(p), f(x_t)) at the end (non-neighbours)
+    steps: int = 0
     history: list[float] = field(default_factory=list)
 
     def record(self) -> Record:
         return {"question": self.question, "answer": self.answer}
-
-
-def _check_goal(goal: str) -> None:
-    if goal not in GOALS:
-        raise ValueError(f"goal={goal!r} is invalid, expected one of {GOALS}")
 
 
 def _check_positive_int(value: Any, name: str) -> None:
@@ -104,75 +87,32 @@ def _check_positive_int(value: Any, name: str) -> None:
         raise ValueError(f"{name}={value!r} is invalid, expected an integer >= 1")
 
 
-def check_same_tokenizer(target: PreTrainedTokenizerBase, reference: PreTrainedTokenizerBase) -> None:
-    """Refuse a reference model whose tokenizer differs from the target's: their token log-probs would not align."""
-    if target.get_vocab() != reference.get_vocab():
-        raise ValueError(
-            f"the reference model's tokenizer ({len(reference)} tokens) differs from the target's ({len(target)}): "
-            "the reference test compares log-probs of the same tokens, use a reference with the target's tokenizer"
-        )
+# --------------------------------------------------------------------------- activations f(x)
 
 
-# --------------------------------------------------------------------------- representations
-
-
-def answer_representation(model: PreTrainedModel, embeds: torch.Tensor, answer_slice: slice) -> torch.Tensor:
-    """phi [C, H]: the last hidden layer averaged over the answer positions, from input embeddings [C, L, H]."""
+def answer_activations(model: PreTrainedModel, embeds: torch.Tensor, answer: slice) -> torch.Tensor:
+    """f [C, T*H]: the last hidden layer at the answer positions, concatenated, from input embeddings [C, L, H]."""
     mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
     hidden = model(inputs_embeds=embeds, attention_mask=mask, output_hidden_states=True).hidden_states[-1]
-    return hidden[:, answer_slice].float().mean(dim=1)
+    return hidden[:, answer].float().flatten(1)
 
 
-def representation_similarity(
-    model: PreTrainedModel, ids: torch.Tensor, answer_slice: slice, anchor: torch.Tensor
-) -> torch.Tensor:
-    """J [C] = cos(phi(ids_c), anchor) for candidate token rows ``ids`` [C, L], without gradients."""
+def activation_cosine(model: PreTrainedModel, ids: torch.Tensor, answer: slice, anchor: torch.Tensor) -> torch.Tensor:
+    """``cos(f(ids_c), anchor)`` [C] for token rows ``ids`` [C, L], without gradients."""
     with torch.no_grad():
         embeds = model.get_input_embeddings()(ids)
-        return F.cosine_similarity(answer_representation(model, embeds, answer_slice), anchor[None], dim=-1)
+        return F.cosine_similarity(answer_activations(model, embeds, answer), anchor[None], dim=-1)
 
 
-def swap_gradient(
-    model: PreTrainedModel, ids: torch.Tensor, answer_slice: slice, anchor: torch.Tensor
-) -> tuple[torch.Tensor, float]:
-    """(dJ/d one-hot [T_swap, V] over the answer positions, J) of one token row ``ids`` [L] (GCG's linearisation)."""
+def swap_gradient(model: PreTrainedModel, ids: torch.Tensor, answer: slice, anchor: torch.Tensor) -> torch.Tensor:
+    """d cos(f, anchor) / d one-hot [T, V] over the answer positions of one row ``ids`` [L] (GCG's linearisation)."""
     weight = model.get_input_embeddings().weight
-    one_hot = F.one_hot(ids[answer_slice], weight.size(0)).to(weight.dtype).requires_grad_(True)
+    one_hot = F.one_hot(ids[answer], weight.size(0)).to(weight.dtype).requires_grad_(True)
     embeds = model.get_input_embeddings()(ids[None]).detach()
-    embeds = torch.cat([embeds[:, : answer_slice.start], (one_hot @ weight)[None], embeds[:, answer_slice.stop :]], 1)
-    similarity = F.cosine_similarity(answer_representation(model, embeds, answer_slice), anchor[None], dim=-1)[0]
+    embeds = torch.cat([embeds[:, : answer.start], (one_hot @ weight)[None], embeds[:, answer.stop :]], 1)
+    similarity = F.cosine_similarity(answer_activations(model, embeds, answer), anchor[None], dim=-1)[0]
     (gradient,) = torch.autograd.grad(similarity, one_hot)
-    return gradient, float(similarity.detach())
-
-
-# --------------------------------------------------------------------------- the attack
-
-
-@dataclass
-class _Target:
-    """A target's token row: prompt, swappable answer tokens (the end-of-answer token stays), and its phi."""
-
-    question: str
-    answer: str
-    ids: torch.Tensor  # [L]
-    swappable: slice  # answer positions that may be swapped
-    anchor: torch.Tensor  # phi(q, x) [H]
-
-
-def _encode_target(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, question: str, answer: str, prompt_format: str
-) -> _Target:
-    encoded = encode_qa(tokenizer, question, answer, prompt_format, max_length=10**6)
-    ids = torch.tensor(encoded["input_ids"], device=model_device(model))
-    start, stop = len(encoded["prompt_ids"]), len(encoded["input_ids"])
-    while stop > start and int(ids[stop - 1]) in stop_token_ids(tokenizer):
-        stop -= 1  # the end-of-answer marker stays: a poison is an answer like any other
-    if stop - start < 2:
-        raise ValueError(f"answer={answer!r} has {stop - start} token(s): a poison needs at least 2 to swap")
-    swappable = slice(start, stop)
-    with torch.no_grad():
-        anchor = answer_representation(model, model.get_input_embeddings()(ids[None]), swappable)[0]
-    return _Target(question, answer, ids, swappable, anchor)
+    return gradient
 
 
 def allowed_tokens(tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> torch.Tensor:
@@ -183,163 +123,282 @@ def allowed_tokens(tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> torch
     return allowed
 
 
-def _decode(tokenizer: PreTrainedTokenizerBase, rows: torch.Tensor, swappable: slice) -> list[str]:
-    return tokenizer.batch_decode(rows[:, swappable].tolist(), skip_special_tokens=True)
+def _answer_row(
+    tokenizer: PreTrainedTokenizerBase, question: str, answer: str, prompt_format: str, device: torch.device
+) -> tuple[torch.Tensor, slice]:
+    """(token row [L], the answer's positions without its end-of-answer token)."""
+    encoded = encode_qa(tokenizer, question, answer, prompt_format, max_length=10**6)
+    ids = torch.tensor(encoded["input_ids"], device=device)
+    start, stop = len(encoded["prompt_ids"]), len(encoded["input_ids"])
+    while stop > start and int(ids[stop - 1]) in stop_token_ids(tokenizer):
+        stop -= 1
+    if stop <= start:
+        raise ValueError(f"answer={answer!r} has no tokens to swap")
+    return ids, slice(start, stop)
 
 
-def _outside(
-    neighbourhood: Neighbourhood, target: str, texts: Sequence[str], order: torch.Tensor, first: int
-) -> int | None:
-    """Index (into ``texts``) of the first candidate in ``order`` outside N(target), checking cheap criteria on all
-    and the embedding on ``first`` at a time (MiniLM is the costly one)."""
-    cheap = tuple(c for c in neighbourhood.criteria if c != "embedding")
-    candidates = [int(i) for i in order if texts[int(i)] != target]
-    if cheap:
-        inside = Neighbourhood(cheap, *_thresholds(neighbourhood)).contains_many(target, [texts[i] for i in candidates])
-        candidates = [i for i, bad in zip(candidates, inside, strict=True) if not bad]
-    if "embedding" not in neighbourhood.criteria:
-        return candidates[0] if candidates else None
-    embedding = Neighbourhood(("embedding",), *_thresholds(neighbourhood))
-    for begin in range(0, len(candidates), first):
-        chunk = candidates[begin : begin + first]
-        inside = embedding.contains_many(target, [texts[i] for i in chunk])
-        for i, bad in zip(chunk, inside, strict=True):
-            if not bad:
-                return i
-    return None
+# --------------------------------------------------------------------------- poisoned non-neighbours (false positives)
 
 
-def _thresholds(neighbourhood: Neighbourhood) -> tuple[int, float, float, float]:
-    n = neighbourhood
-    return n.ngram_n, n.ngram_threshold, n.edit_threshold, n.cosine_threshold
+def _penalty(neighbourhood: Neighbourhood, target: str, texts: list[str]) -> torch.Tensor:
+    """m(p, x_t) of Appendix C per candidate: embedding cosine, minus the edit distance, else 0."""
+    if neighbourhood.kind == "embedding":
+        return embedding_cosine(target, texts).float()
+    if neighbourhood.kind == "edit":
+        return -torch.tensor([edit_distance(target, t) for t in texts])
+    return torch.zeros(len(texts))
 
 
-def _start(
-    target: _Target,
-    tokenizer: PreTrainedTokenizerBase,
-    neighbourhood: Neighbourhood,
-    allowed: torch.Tensor,
-    swap_fraction: float,
-    generator: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(start row [L], swapped positions S [T_swap] bool): x with random tokens at random positions, outside N(x)."""
-    length = target.swappable.stop - target.swappable.start
-    order = torch.randperm(length, generator=generator)
-    pool = allowed.nonzero().flatten()
-    tokens = pool[torch.randint(len(pool), (length,), generator=generator)]
-    original = target.ids[target.swappable].cpu()
-    tokens = torch.where(tokens == original, pool[(torch.searchsorted(pool, tokens) + 1) % len(pool)], tokens)
-    for count in range(max(1, math.ceil(swap_fraction * length)), length + 1):
-        swapped = torch.zeros(length, dtype=torch.bool)
-        swapped[order[:count]] = True
-        row = target.ids.clone()
-        row[target.swappable] = torch.where(swapped, tokens, original).to(row.device)
-        text = _decode(tokenizer, row[None], target.swappable)[0]
-        if not neighbourhood.contains(target.answer, text):
-            return row, swapped
-    raise ValueError(
-        f"no start outside the neighbourhood of answer={target.answer[:60]!r} even with every token swapped: "
-        "loosen the neighbourhood's thresholds"
-    )
-
-
-def craft_poison(
+def poison_non_neighbour(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     question: str,
     answer: str,
-    goal: Goal,
     neighbourhood: Neighbourhood | None = None,
     *,
-    steps: int = 30,
-    top_k: int = 16,
-    candidates: int = 32,
-    swap_fraction: float = 0.5,
+    top_k: int | None = 64,
+    max_steps: int = 200,
     prompt_format: str = "plain",
-    embedding_chunk: int = 4,
     seed: int = 0,
 ) -> Poison:
-    """One poison for the target (question, answer) by the goal's token swaps (module docstring); never in N(x).
+    """A poisoned non-neighbour of the target (question, answer): Algorithm 1 from x_sample = x_t (module docstring).
 
-    Each step scores ``candidates`` single swaps (position uniform over the allowed ones, token uniform over the
-    position's ``top_k`` by gradient) and keeps the best one outside the neighbourhood if it raises J.
+    ``top_k``: candidate tokens per swap, the best by the GCG gradient (None: every allowed token). Raises when
+    ``max_steps`` swaps leave the poison inside N(x_t): a returned poison is never a neighbour.
     """
-    _check_goal(goal)
-    for name, value in (("steps", steps), ("top_k", top_k), ("candidates", candidates)):
-        _check_positive_int(value, name)
-    if isinstance(swap_fraction, bool) or not isinstance(swap_fraction, int | float) or not 0 < swap_fraction <= 1:
-        raise ValueError(f"swap_fraction={swap_fraction!r} is invalid, expected a fraction in (0, 1]")
     neighbourhood = neighbourhood or Neighbourhood()
-    generator = torch.Generator().manual_seed(seed)
-    with evaluating(model):
-        target = _encode_target(model, tokenizer, question, answer, prompt_format)
+    _check_positive_int(max_steps, "max_steps")
+    if top_k is not None:
+        _check_positive_int(top_k, "top_k")
+    rng = random.Random(seed)
     weight = model.get_input_embeddings().weight
     allowed = allowed_tokens(tokenizer, weight.size(0))
-    fraction = 1.0 if goal == "false_negative" else swap_fraction  # a confuser keeps none of x's tokens
-    row, swapped = _start(target, tokenizer, neighbourhood, allowed, fraction, generator)
-    original = target.ids[target.swappable].cpu()
-    positions = swapped if goal == "false_negative" else torch.ones_like(swapped)
+    pool = allowed.nonzero().flatten()
     history: list[float] = []
-    model_was_training = model.training
-    model.eval()
-    try:
-        for _ in range(steps):
-            gradient, similarity = swap_gradient(model, row, target.swappable, target.anchor)
-            history.append(similarity)
-            scores = gradient.detach().cpu().float().masked_fill(~allowed[None], -math.inf)
-            if goal == "false_negative":  # a confuser never puts x's own token back
-                scores[torch.arange(len(original)), original] = -math.inf
-            top = scores.topk(min(top_k, int(allowed.sum())), dim=1).indices  # [T_swap, k]
-            where = positions.nonzero().flatten()
-            picked = where[torch.randint(len(where), (candidates,), generator=generator)]
-            tokens = top[picked, torch.randint(top.size(1), (candidates,), generator=generator)]
-            rows = row[None].repeat(candidates, 1)
-            rows[torch.arange(candidates), target.swappable.start + picked.to(rows.device)] = tokens.to(rows.device)
-            values = representation_similarity(model, rows, target.swappable, target.anchor).cpu()
-            better = (values > similarity).nonzero().flatten()
-            if not len(better):
-                continue
-            order = better[values[better].argsort(descending=True)]
-            texts = _decode(tokenizer, rows, target.swappable)
-            chosen = _outside(neighbourhood, answer, texts, order, embedding_chunk)
-            if chosen is not None:
-                row = rows[chosen]
-        final = float(representation_similarity(model, row[None], target.swappable, target.anchor)[0])
-    finally:
-        model.train(model_was_training)
-    history.append(final)
-    text = _decode(tokenizer, row[None], target.swappable)[0]
-    differs = int((row[target.swappable].cpu() != original).sum())
-    return Poison(question, text, goal, final, history[0], differs, history)
+    with evaluating(model):
+        row, span = _answer_row(tokenizer, question, answer, prompt_format, weight.device)
+        with torch.no_grad():
+            anchor = answer_activations(model, model.get_input_embeddings()(row[None]), span)[0]
+        text = answer
+        for step in range(1, max_steps + 1):
+            position = span.start + rng.randrange(span.stop - span.start)
+            current = int(row[position])
+            if top_k is None:
+                tokens = pool[pool != current]
+            else:
+                with torch.enable_grad():
+                    gradient = swap_gradient(model, row, span, anchor)[position - span.start].cpu().float()
+                gradient = gradient.masked_fill(~allowed, -float("inf"))
+                gradient[current] = -float("inf")
+                tokens = gradient.topk(min(top_k, int(allowed.sum()) - 1)).indices
+            rows = row[None].repeat(len(tokens), 1)
+            rows[:, position] = tokens.to(rows.device)
+            similarity = activation_cosine(model, rows, span, anchor).cpu()
+            texts = tokenizer.batch_decode(rows[:, span].tolist(), skip_special_tokens=True)
+            loss = -similarity + LAMBDA[neighbourhood.kind] * _penalty(neighbourhood, answer, texts)
+            best = int(loss.argmin())
+            row, text = rows[best], texts[best]
+            history.append(float(similarity[best]))
+            if not neighbourhood.contains(answer, text):
+                return Poison(question, text, answer, "non_neighbour", history[-1], step, history)
+    raise ValueError(
+        f"no poisoned non-neighbour of answer={answer[:60]!r} within max_steps={max_steps} swaps: raise max_steps"
+    )
 
 
-def craft_poisons(
+# --------------------------------------------------------------------------- poisoned neighbours (false negatives)
+
+
+def _inject_ngram(neighbourhood: Neighbourhood, target: str, start: str, rng: random.Random) -> str:
+    """The shortest-in-characters k-gram of the target injected into ``start`` at a random token index."""
+    tokens = neighbourhood.tokens(target)
+    grams = [tokens[i : i + neighbourhood.k] for i in range(len(tokens) - neighbourhood.k + 1)]
+    if not grams:
+        raise ValueError(f"answer={target[:60]!r} has fewer than k={neighbourhood.k} tokens: no n-gram neighbour")
+    tokenizer = neighbourhood.tokenizer
+
+    def text(seq: list[Any]) -> str:
+        return " ".join(seq) if tokenizer is None else tokenizer.decode(seq, skip_special_tokens=True)
+
+    gram = min(grams, key=lambda g: len(text(g)))
+    base = neighbourhood.tokens(start)
+    indices = list(range(len(base) + 1))
+    rng.shuffle(indices)
+    for index in indices:  # a subword tokenizer may merge across the seam: try the next index
+        candidate = text(base[:index] + gram + base[index:])
+        if neighbourhood.contains(target, candidate):
+            return candidate
+    raise ValueError(f"injecting a {neighbourhood.k}-gram of answer={target[:60]!r} never made a neighbour")
+
+
+def _embedding_neighbour(
+    neighbourhood: Neighbourhood,
+    tokenizer: PreTrainedTokenizerBase,
+    target: str,
+    start: str,
+    rng: random.Random,
+    max_steps: int,
+    candidates: int,
+) -> str:
+    """Token swaps maximising ``cos(E(p), E(x_t))`` until >= c; candidates: the target's tokens and random ones."""
+    ids = list(tokenizer(start, add_special_tokens=False)["input_ids"])
+    own = sorted(set(tokenizer(target, add_special_tokens=False)["input_ids"]))
+    pool = allowed_tokens(tokenizer, len(tokenizer)).nonzero().flatten().tolist()
+    for _ in range(max_steps):
+        position = rng.randrange(len(ids))
+        tokens = own + rng.sample(pool, min(candidates, len(pool)))
+        rows = [[*ids[:position], t, *ids[position + 1 :]] for t in tokens]
+        texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
+        cosines = embedding_cosine(target, texts)
+        best = int(cosines.argmax())
+        ids[position] = tokens[best]
+        if cosines[best] >= neighbourhood.cosine:
+            return texts[best]
+    raise ValueError(f"no embedding neighbour of answer={target[:60]!r} within max_steps={max_steps}: raise it")
+
+
+def _edit_neighbour(neighbourhood: Neighbourhood, target: str, start: str, rng: random.Random, max_steps: int) -> str:
+    """Random character edits (characters drawn from the target) kept when they lower the distance, until <= l."""
+    text, distance = start, edit_distance(target, start)
+    for _ in range(max_steps):
+        if distance <= neighbourhood.edit:
+            return text
+        i, char, op = rng.randrange(len(text) + 1), rng.choice(target), rng.choice(("insert", "delete", "substitute"))
+        if op == "insert":
+            mutated = text[:i] + char + text[i:]
+        elif i < len(text):
+            mutated = text[:i] + ("" if op == "delete" else char) + text[i + 1 :]
+        else:
+            continue
+        if (value := edit_distance(target, mutated)) < distance:
+            text, distance = mutated, value
+    if distance <= neighbourhood.edit:
+        return text
+    raise ValueError(f"no edit-distance neighbour of answer={target[:60]!r} within max_steps={max_steps}: raise it")
+
+
+def poison_neighbour(
+    target: str,
+    auxiliary: Record,
+    neighbourhood: Neighbourhood | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    *,
+    max_steps: int = 300,
+    candidates: int = 32,
+    seed: int = 0,
+) -> Poison:
+    """A poisoned neighbour of ``target`` from an auxiliary non-neighbour record (Appendix C; module docstring).
+
+    ``tokenizer``: the model's, for the embedding neighbourhood's token swaps.
+    """
+    neighbourhood = neighbourhood or Neighbourhood()
+    if neighbourhood.contains(target, auxiliary["answer"]):
+        raise ValueError(f"auxiliary answer {auxiliary['answer'][:60]!r} is already a neighbour of the target")
+    rng = random.Random(seed)
+    if neighbourhood.kind == "exact":
+        raise ValueError("kind='exact' has no poisoned neighbours: its neighbourhood is the target alone")
+    if neighbourhood.kind == "ngram":
+        text = _inject_ngram(neighbourhood, target, auxiliary["answer"], rng)
+    elif neighbourhood.kind == "embedding":
+        if tokenizer is None:
+            raise ValueError("kind='embedding' needs the model's tokenizer for its token swaps")
+        text = _embedding_neighbour(neighbourhood, tokenizer, target, auxiliary["answer"], rng, max_steps, candidates)
+    else:
+        text = _edit_neighbour(neighbourhood, target, auxiliary["answer"], rng, max_steps)
+    return Poison(auxiliary["question"], text, target, "neighbour")
+
+
+# --------------------------------------------------------------------------- the poisoned dataset
+
+
+@dataclass
+class PoisonedData:
+    """The clean, poisoned and ideal (delta* = 0) training sets of one experiment and what was targeted.
+
+    Population: members then non-members. ``false_negatives`` / ``false_positives``: population indices targeted.
+    """
+
+    clean: list[Record]
+    poisoned: list[Record]
+    ideal: list[Record]
+    poisons: list[Poison]
+    false_negatives: list[int]
+    false_positives: list[int]
+    skipped: dict[str, str]  # target answer -> why it got no poison
+
+
+def _records(rows: Sequence[Record]) -> list[Record]:
+    return [{"question": r["question"], "answer": r["answer"]} for r in rows]
+
+
+def build_poisoned_data(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    target: Record,
-    goal: Goal,
-    budget: int = 8,
+    background: Sequence[Record],
+    members: Sequence[Record],
+    non_members: Sequence[Record],
+    auxiliary: Sequence[Record],
     neighbourhood: Neighbourhood | None = None,
     *,
+    non_neighbour_budget: int = NON_NEIGHBOUR_BUDGET,
+    false_negatives: bool = True,
+    false_positives: bool = True,
+    attack: dict[str, Any] | None = None,
     seed: int = 0,
-    **options: Any,
-) -> list[Poison]:
-    """``budget`` poisons for one target (seeds ``seed`` to ``seed + budget - 1``), ``options`` of craft_poison."""
-    _check_positive_int(budget, "budget")
-    return [
-        craft_poison(
-            model, tokenizer, target["question"], target["answer"], goal, neighbourhood, seed=seed + i, **options
-        )
-        for i in range(budget)
-    ]
+) -> PoisonedData:
+    """Section 6.1's single poisoned dataset: D = background + members; every member's record becomes a poisoned
+    neighbour (b1 = 1, from the next auxiliary non-neighbour), and for every non-member (by the neighbourhood) b2
+    background records become poisoned non-neighbours. The ideal set holds x_sample instead of each poison
+    (the auxiliary record; x_t itself). ``attack``: :func:`poison_non_neighbour` options."""
+    neighbourhood = neighbourhood or Neighbourhood()
+    _check_positive_int(non_neighbour_budget, "non_neighbour_budget")
+    background, members, non_members = _records(background), _records(members), _records(non_members)
+    clean = background + members
+    poisoned, ideal = list(clean), list(clean)
+    poisons: list[Poison] = []
+    skipped: dict[str, str] = {}
+    fn_targets: list[int] = []
+    if false_negatives:
+        spare = list(_records(auxiliary))
+        for index, member in enumerate(members):
+            source = next((a for a in spare if not neighbourhood.contains(member["answer"], a["answer"])), None)
+            try:
+                if source is None:
+                    raise ValueError("no auxiliary non-neighbour left")
+                poison = poison_neighbour(member["answer"], source, neighbourhood, tokenizer, seed=seed + index)
+            except ValueError as error:
+                skipped[member["answer"]] = str(error)
+                continue
+            spare.remove(source)
+            slot = len(background) + index
+            poisoned[slot], ideal[slot] = poison.record(), source
+            poisons.append(poison)
+            fn_targets.append(index)
+    fp_targets: list[int] = []
+    if false_positives:
+        labels = neighbourhood.members([r["answer"] for r in non_members], [r["answer"] for r in clean])
+        slots = iter(range(len(background)))  # background slots: non-neighbours of every non-member target
+        for index, target in enumerate(non_members):
+            if labels[index]:
+                continue  # a training text is its neighbour: a member, not a false-positive target
+            chosen = [next(slots, None) for _ in range(non_neighbour_budget)]
+            if None in chosen:
+                raise ValueError(
+                    f"background has {len(background)} records, too few for {non_neighbour_budget} poisons per "
+                    "non-member: give more background or a smaller non_neighbour_budget"
+                )
+            for b, slot in enumerate(chosen):
+                poison = poison_non_neighbour(
+                    model, tokenizer, target["question"], target["answer"], neighbourhood,
+                    seed=seed + 1000 * index + b, **(attack or {}),
+                )  # fmt: skip
+                poisoned[slot], ideal[slot] = poison.record(), target
+                poisons.append(poison)
+            fp_targets.append(len(members) + index)
+    return PoisonedData(clean, poisoned, ideal, poisons, fn_targets, fp_targets, skipped)
 
 
-def poisoned_training_set(members: Sequence[Record], poisons: Sequence[Poison]) -> list[Record]:
-    """The training records D ∪ P: the members, then the poisons' (question, answer) records."""
-    return [{"question": r["question"], "answer": r["answer"]} for r in members] + [p.record() for p in poisons]
-
-
-# --------------------------------------------------------------------------- training and testing
+# --------------------------------------------------------------------------- training, testing, the trade-off
 
 
 def fine_tune(
@@ -347,9 +406,9 @@ def fine_tune(
     tokenizer: PreTrainedTokenizerBase,
     records: Sequence[Record],
     *,
-    epochs: int = 10,
+    epochs: int = 1,
     lr: float = 1e-3,
-    batch_size: int = 8,
+    batch_size: int = 16,
     prompt_format: str = "plain",
     max_length: int = 256,
     seed: int = 0,
@@ -381,40 +440,32 @@ def membership_scores(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     records: Sequence[Record],
-    reference: tuple[PreTrainedModel, PreTrainedTokenizerBase] | None = None,
+    reference: PreTrainedModel | None = None,
     *,
     k: float = 0.2,
     prompt_format: str = "plain",
     max_length: int = 256,
     batch_size: int = 16,
 ) -> dict[str, torch.Tensor]:
-    """Every test's scores [N] (higher = member) on the answers of ``records``: LOSS, zlib, Min-K%, Min-K%++ and,
-    with a reference model, the reference test (:mod:`trustlit.audit.mia`)."""
-    if reference is not None:
-        check_same_tokenizer(tokenizer, reference[1])
-    questions, answers = [r["question"] for r in records], [r["answer"] for r in records]
-    samples = encode_pairs(tokenizer, questions, answers, prompt_format, max_length)
-    scores: dict[str, list[torch.Tensor]] = {name: [] for name in TESTS if reference is not None or name != "reference"}
-    with evaluating(model):
-        for batch in batches(samples, tokenizer, batch_size, model_device(model)):
-            logp, mu, sigma, mask = (t.cpu() for t in model_token_statistics(model, batch))
-            texts = [answers[int(i)] for i in batch["index"]]
-            scores["loss"].append(loss_score(logp, mask))
-            scores["zlib"].append(zlib_score(logp, mask, texts))
-            scores["min_k"].append(min_k_score(logp, mask, k))
-            scores["min_k_plus_plus"].append(min_k_plus_plus_score(logp, mu, sigma, mask, k))
-            if reference is not None:
-                with evaluating(reference[0]):
-                    ref_logp = model_token_statistics(reference[0], batch)[0].cpu()
-                scores["reference"].append(reference_score(logp, ref_logp, mask))
-    return {name: torch.cat(values) for name, values in scores.items()}
+    """Every :mod:`trustlit.audit.mia` test's scores [N] (higher = member) on the answers of ``records``."""
+    samples = encode_pairs(
+        tokenizer, [r["question"] for r in records], [r["answer"] for r in records], prompt_format, max_length
+    )
+    return split_scores(model, tokenizer, samples, batch_size, k, reference)
 
 
-def mia_metrics(scores: dict[str, torch.Tensor], is_member: torch.Tensor, fpr: float = 0.01) -> dict[str, dict]:
-    """AUC and TPR at ``fpr`` of every test."""
-    return {
-        name: {"auc": roc_auc(s, is_member), "tpr_at_fpr": tpr_at_fpr(s, is_member, fpr)} for name, s in scores.items()
-    }
+def advantage(scores: torch.Tensor, is_member: torch.Tensor) -> float:
+    """Lemma 3.5: ``E[T | member] - E[T | non-member]``, Youden's J integrated over the threshold."""
+    scores, is_member = torch.as_tensor(scores, dtype=torch.float64), torch.as_tensor(is_member, dtype=torch.bool)
+    return float(scores[is_member].mean() - scores[~is_member].mean())
+
+
+def mapping_error(poisoned: torch.Tensor, ideal: torch.Tensor, targets: Sequence[int]) -> float:
+    """delta: mean ``|T(x_t; poisoned model) - T(x_t; ideal model)|`` over the targets (0 without targets)."""
+    if not targets:
+        return 0.0
+    index = torch.tensor(list(targets))
+    return float((torch.as_tensor(poisoned)[index] - torch.as_tensor(ideal)[index]).abs().mean())
 
 
 def decisions(scores: torch.Tensor, targets: Sequence[int]) -> list[bool]:
@@ -426,164 +477,127 @@ def decisions(scores: torch.Tensor, targets: Sequence[int]) -> list[bool]:
     return [bool(scores[i] > threshold) for i in targets]
 
 
-# --------------------------------------------------------------------------- the experiment
-
-
-@dataclass
-class PoisoningExperiment:
-    """What :func:`run_poisoning_experiment` measured: every test on the clean and the poisoned model."""
-
-    clean: dict[str, dict]
-    poisoned: dict[str, dict]
-    clean_scores: dict[str, list[float]]
-    poisoned_scores: dict[str, list[float]]
-    targets: dict[str, list[int]]  # goal -> indices into members + non-members
-    flipped: dict[str, dict[str, float]]  # test -> goal -> share of its targets whose decision flipped
-    poisons: list[Poison]
-    member_nll: dict[str, float]  # mean answer NLL on the members: clean, poisoned (the model's utility)
-
-
-def _mean_nll(scores: dict[str, torch.Tensor], count: int) -> float:
-    return float(-scores["loss"][:count].mean())
+def evaluate_runs(
+    scores: dict[str, dict[str, torch.Tensor]],
+    labels: dict[str, torch.Tensor],
+    data: PoisonedData,
+    fpr: float = 0.01,
+) -> dict[str, dict[str, float]]:
+    """Per test: AUC and TPR@fpr clean / poisoned (each with its own training set's labels), the advantages,
+    the mapping errors on the false-negative and false-positive targets, and Theorem 5.1's two sides."""
+    metrics = {}
+    for test in scores["clean"]:
+        clean, poisoned = scores["clean"][test], scores["poisoned"][test]
+        row = {
+            "auc_clean": roc_auc(clean, labels["clean"]),
+            "auc_poisoned": roc_auc(poisoned, labels["poisoned"]),
+            "tpr_clean": tpr_at_fpr(clean, labels["clean"], fpr),
+            "tpr_poisoned": tpr_at_fpr(poisoned, labels["poisoned"], fpr),
+            "advantage_clean": advantage(clean, labels["clean"]),
+            "advantage_poisoned": advantage(poisoned, labels["poisoned"]),
+        }
+        if "ideal" in scores:
+            row["delta_fn"] = mapping_error(poisoned, scores["ideal"][test], data.false_negatives)
+            row["delta_fp"] = mapping_error(poisoned, scores["ideal"][test], data.false_positives)
+            row["delta"] = row["delta_fn"] + row["delta_fp"]
+        row["advantage_sum"] = row["advantage_clean"] + row["advantage_poisoned"]
+        metrics[test] = row
+    return metrics
 
 
 def run_poisoning_experiment(
-    load_model: Callable[[], tuple[PreTrainedModel, PreTrainedTokenizerBase]],
+    base: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    background: Sequence[Record],
     members: Sequence[Record],
     non_members: Sequence[Record],
-    *,
-    goals: Sequence[str] = GOALS,
-    targets_per_goal: int | None = None,
-    budget: int = 8,
+    auxiliary: Sequence[Record],
     neighbourhood: Neighbourhood | None = None,
+    *,
+    non_neighbour_budget: int = NON_NEIGHBOUR_BUDGET,
     attack: dict[str, Any] | None = None,
     training: dict[str, Any] | None = None,
     k: float = 0.2,
     fpr: float = 0.01,
     seed: int = 0,
-    on_poison: Callable[[int, int], None] | None = None,
-) -> PoisoningExperiment:
-    """Fine-tune the base model on the members (clean) and on members + poisons (poisoned), and test both.
+) -> tuple[PoisonedData, dict[str, dict[str, torch.Tensor]], dict[str, torch.Tensor], dict[str, dict[str, float]]]:
+    """Poison, fine-tune copies of ``base`` on the clean, poisoned and ideal sets, and test each.
 
-    False-negative targets are the first ``targets_per_goal`` members (default all), false-positive targets the
-    first non-members; poisons are crafted with the base model (the attacker's surrogate), which is also the
-    reference model. ``attack``: :func:`craft_poison` options; ``training``: :func:`fine_tune` options.
+    The base model is the attacker's activation model and the reference test's reference. Returns the data, the
+    scores per run and test, the labels per run (``x ∈ N_r D`` of that run's training set) and the metrics.
     """
-    for goal in goals:
-        _check_goal(goal)
-    overlap = {r["answer"] for r in members} & {r["answer"] for r in non_members}
-    if overlap:
-        warnings.warn(f"{len(overlap)} answers are both members and non-members: the split overlaps", stacklevel=2)
-    attack, training = dict(attack or {}), {"seed": seed, **(training or {})}
-    base, tokenizer = load_model()
+    neighbourhood = neighbourhood or Neighbourhood()
     base.eval()
-    population = [*members, *non_members]
-    is_member = torch.tensor([True] * len(members) + [False] * len(non_members))
-    pools = {"false_negative": range(len(members)), "false_positive": range(len(members), len(population))}
-    targets = {goal: list(pools[goal])[:targets_per_goal] for goal in goals}
-    poisons: list[Poison] = []
-    total = sum(len(t) for t in targets.values()) * budget
-    for goal in goals:
-        for index in targets[goal]:
-            poisons += craft_poisons(
-                base, tokenizer, population[index], goal, budget, neighbourhood, seed=seed + 1000 * index, **attack
-            )
-            if on_poison is not None:
-                on_poison(len(poisons), total)
-    reference = (base, tokenizer)
-    results = {}
-    for name, records in (("clean", list(members)), ("poisoned", poisoned_training_set(members, poisons))):
+    data = build_poisoned_data(
+        base, tokenizer, background, members, non_members, auxiliary, neighbourhood,
+        non_neighbour_budget=non_neighbour_budget, attack=attack, seed=seed,
+    )  # fmt: skip
+    population = _records([*members, *non_members])
+    texts = [r["answer"] for r in population]
+    sets = {"clean": data.clean, "poisoned": data.poisoned, "ideal": data.ideal}
+    labels = {name: torch.from_numpy(neighbourhood.members(texts, [r["answer"] for r in sets[name]])) for name in sets}
+    scores = {}
+    for name, records in sets.items():
         model = copy.deepcopy(base)
-        fine_tune(model, tokenizer, records, **training)
-        results[name] = membership_scores(model, tokenizer, population, reference, k=k)
+        fine_tune(model, tokenizer, records, seed=seed, **(training or {}))
+        scores[name] = membership_scores(model, tokenizer, population, base, k=k)
         del model
-    flipped = {
-        test: {
-            goal: sum(
-                a != b
-                for a, b in zip(
-                    decisions(results["clean"][test], targets[goal]),
-                    decisions(results["poisoned"][test], targets[goal]),
-                    strict=True,
-                )
-            )
-            / max(1, len(targets[goal]))
-            for goal in goals
-        }
-        for test in results["clean"]
-    }
-    return PoisoningExperiment(
-        clean=mia_metrics(results["clean"], is_member, fpr),
-        poisoned=mia_metrics(results["poisoned"], is_member, fpr),
-        clean_scores={t: s.tolist() for t, s in results["clean"].items()},
-        poisoned_scores={t: s.tolist() for t, s in results["poisoned"].items()},
-        targets=targets,
-        flipped=flipped,
-        poisons=poisons,
-        member_nll={name: _mean_nll(results[name], len(members)) for name in results},
-    )
+    return data, scores, labels, evaluate_runs(scores, labels, data, fpr)
+
+
+# --------------------------------------------------------------------------- under `trustlit test`
 
 
 class MIAPoisoning(AnalysisModule):
-    """The poisoning attack on membership inference, end to end, under ``trustlit test`` (module docstring).
+    """PoisonM end to end under ``trustlit test`` (module docstring; Section 6.1's protocol at a small scale).
 
-    The data module's first evaluation split holds the members, its second the non-members (a TOFU-style
-    :class:`~trustlit.data.QADataModule` with ``eval_splits: [members, non_members]``). ``compute`` crafts ``budget``
-    poisons per target with the base model ``lm``, fine-tunes a copy of it on the members (clean) and another on
-    members + poisons (poisoned), and reports every test's AUC and TPR at ``fpr`` on both, the share of targets whose
-    decision flipped, and the members' NLL (utility). Writes the JSON results, a PNG of the AUCs, a printed table, and
-    the same to W&B. Notes: docs/methods/mia_poisoning.md
+    The data module's first evaluation split is the training pool: its first ``canaries`` records are the member
+    canaries, the next ``canaries`` the auxiliary texts of the poisoned neighbours, the rest the background. The
+    first ``canaries`` records of the second split are the held-out canaries. ``compute`` builds the poisoned set
+    (:func:`build_poisoned_data`), fine-tunes copies of ``lm`` on the clean, poisoned and ideal sets and reports each
+    test's AUC and TPR at ``fpr`` (clean vs poisoned), the advantages and mapping errors of Theorem 5.1. Writes the
+    JSON results, a PNG of the AUCs, a printed table, and the same to W&B. Notes: docs/methods/mia_poisoning.md
 
     Args:
-        lm: the base model: the attacker's surrogate, the model fine-tuned, and the reference model.
-        goals: ``false_negative`` (poisons for members) and/or ``false_positive`` (for non-members).
-        targets_per_goal: how many members / non-members are targeted (the first ones; None: all).
-        budget: poisons per target.
-        criteria, ngram_n, ngram_threshold, edit_threshold, cosine_threshold: the :class:`Neighbourhood`.
-        steps, top_k, candidates, swap_fraction: the token-swap search (:func:`craft_poison`).
-        epochs, lr, batch_size: the fine-tuning (:func:`fine_tune`), the same for the clean and the poisoned run.
-        k: Min-K% and Min-K%++ fraction; fpr: the FPR of the reported TPR.
+        lm: the base model: the attacker's activation model, the model fine-tuned, and the reference model.
+        canaries: member and held-out canaries (each).
+        kind, k, cosine, edit: the :class:`Neighbourhood` (the paper's 7-grams, 0.9, 0.48).
+        non_neighbour_budget: b2, poisons per non-member (the paper's 10); b1 = 1 per member.
+        top_k, max_steps: the token-swap search (:func:`poison_non_neighbour`).
+        epochs, lr, batch_size: the fine-tuning (:func:`fine_tune`; the paper: 1 epoch, batch 16).
+        mia_k: Min-K% and Min-K%++ fraction; fpr: the FPR of the reported TPR.
     """
 
     def __init__(
         self,
         lm: CausalLMSpec | None = None,
-        goals: list[str] | None = None,
-        targets_per_goal: PositiveInt | None = None,
-        budget: PositiveInt = 8,
-        criteria: list[str] | None = None,
-        ngram_n: PositiveInt = 3,
-        ngram_threshold: ClosedUnitInterval = 0.5,
-        edit_threshold: ClosedUnitInterval = 0.3,
-        cosine_threshold: float = 0.8,
-        steps: PositiveInt = 30,
-        top_k: PositiveInt = 16,
-        candidates: PositiveInt = 32,
-        swap_fraction: OpenUnitInterval = 0.5,
-        epochs: PositiveInt = 5,
+        canaries: PositiveInt = 9,
+        kind: str = "ngram",
+        k: PositiveInt = 7,
+        cosine: float = 0.9,
+        edit: ClosedUnitInterval = 0.48,
+        non_neighbour_budget: PositiveInt = NON_NEIGHBOUR_BUDGET,
+        top_k: PositiveInt = 64,
+        max_steps: PositiveInt = 200,
+        epochs: PositiveInt = 1,
         lr: PositiveFloat = 1e-3,
-        batch_size: PositiveInt = 8,
-        k: ClosedUnitInterval = 0.2,
+        batch_size: PositiveInt = 16,
+        mia_k: ClosedUnitInterval = 0.2,
         fpr: ClosedUnitInterval = 0.01,
         prompt_format: str = "plain",
-        seed: int = 0,
+        seed: NonNegativeInt = 0,
         results_file: str = "mia_poisoning.json",
     ) -> None:
         super().__init__(results_file=results_file)
         check_arguments(MIAPoisoning.__init__, locals())
-        goals = list(GOALS if goals is None else goals)
-        if not goals:
-            raise ValueError(f"MIAPoisoning: goals is empty, expected some of {GOALS}")
-        for goal in goals:
-            _check_goal(goal)
-        criteria = list(("ngram", "edit", "embedding") if criteria is None else criteria)
-        self.neighbourhood = Neighbourhood(tuple(criteria), ngram_n, ngram_threshold, edit_threshold, cosine_threshold)
+        if kind not in KINDS:
+            raise ValueError(f"MIAPoisoning: kind={kind!r} is invalid, expected one of {KINDS}")
+        self.neighbourhood = Neighbourhood(kind, k, cosine, edit)
         lm = CausalLMSpec.coerce(lm)
         self.save_hyperparameters()
         plain_numbers(self.hparams)
-        self.hparams.update(lm=asdict(lm), goals=goals, criteria=criteria)
-        self.lm = lm
-        self.model, self.tokenizer = lm.load()  # the data module tokenizes with it; compute loads fresh copies
+        self.hparams.update(lm=asdict(lm))
+        self.model, self.tokenizer = lm.load()  # the data module tokenizes with it; compute fine-tunes copies
         self.splits: dict[str, list[Record]] = {}
 
     def reset(self) -> None:
@@ -593,53 +607,36 @@ class MIAPoisoning(AnalysisModule):
         rows = self.splits.setdefault(batch["split"], [])
         rows.extend({"question": q, "answer": a} for q, a in zip(batch["question"], batch["answer"], strict=True))
 
-    def run_experiment(self, members: list[Record], non_members: list[Record]) -> PoisoningExperiment:
-        hp = self.hparams
-        return run_poisoning_experiment(
-            lambda: copy.deepcopy((self.model, self.tokenizer)),
-            members,
-            non_members,
-            goals=hp.goals,
-            targets_per_goal=hp.targets_per_goal,
-            budget=hp.budget,
-            neighbourhood=self.neighbourhood,
-            attack={k: hp[k] for k in ("steps", "top_k", "candidates", "swap_fraction", "prompt_format")},
-            training={k: hp[k] for k in ("epochs", "lr", "batch_size", "prompt_format")},
-            k=hp.k,
-            fpr=hp.fpr,
-            seed=hp.seed,
-        )
-
     def compute(self) -> dict[str, Any]:
+        hp = self.hparams
         if len(self.splits) != 2:
             raise ValueError(
-                f"MIAPoisoning needs two evaluation splits (members, non-members), got {list(self.splits)}: "
-                "set data.init_args.eval_splits to [members, non_members]"
+                f"MIAPoisoning needs two evaluation splits (training pool, held-out), got {list(self.splits)}: "
+                "set data.init_args.eval_splits to two splits"
             )
-        (members_split, members), (non_members_split, non_members) = self.splits.items()
-        hp = self.hparams
+        (pool_name, pool), (held_name, held) = self.splits.items()
+        n = hp.canaries
+        if len(pool) < 2 * n + 1 or len(held) < n:
+            raise ValueError(
+                f"MIAPoisoning: canaries={n} needs >= {2 * n + 1} records in {pool_name} (got {len(pool)}) and "
+                f">= {n} in {held_name} (got {len(held)})"
+            )
+        members, auxiliary, background, non_members = pool[:n], pool[n : 2 * n], pool[2 * n :], held[:n]
         with torch.inference_mode(False), torch.enable_grad():  # the test loop runs in inference mode; GCG needs grads
-            experiment = self.run_experiment(members, non_members)
-        header = [
-            "test",
-            "AUC clean",
-            "AUC poisoned",
-            f"TPR@{hp.fpr:g} clean",
-            f"TPR@{hp.fpr:g} poisoned",
-            *[f"flipped {goal}" for goal in hp.goals],
-        ]
+            data, scores, labels, metrics = run_poisoning_experiment(
+                copy.deepcopy(self.model), self.tokenizer, background, members, non_members, auxiliary,
+                self.neighbourhood, non_neighbour_budget=hp.non_neighbour_budget,
+                attack={"top_k": hp.top_k, "max_steps": hp.max_steps, "prompt_format": hp.prompt_format},
+                training={k: hp[k] for k in ("epochs", "lr", "batch_size", "prompt_format")},
+                k=hp.mia_k, fpr=hp.fpr, seed=hp.seed,
+            )  # fmt: skip
+        header = ["test", "AUC clean", "AUC poisoned", f"TPR@{hp.fpr:g} clean", f"TPR@{hp.fpr:g} poisoned",
+                  "Adv clean + poisoned", "delta"]  # fmt: skip
         rows = [
-            [
-                test,
-                experiment.clean[test]["auc"],
-                experiment.poisoned[test]["auc"],
-                experiment.clean[test]["tpr_at_fpr"],
-                experiment.poisoned[test]["tpr_at_fpr"],
-                *[experiment.flipped[test][goal] for goal in hp.goals],
-            ]
-            for test in experiment.clean
+            [test, m["auc_clean"], m["auc_poisoned"], m["tpr_clean"], m["tpr_poisoned"], m["advantage_sum"], m["delta"]]
+            for test, m in metrics.items()
         ]
-        print_table(f"MI tests, clean vs poisoned ({members_split} vs {non_members_split})", header, rows)
+        print_table(f"PoisonM ({self.neighbourhood.kind}): MI tests, clean vs poisoned", header, rows)
         figure, axes = new_figure(figsize=(6, 3.5))
         positions = torch.arange(len(rows), dtype=torch.float64)
         axes.bar(positions - 0.2, [r[1] for r in rows], width=0.4, label="clean")
@@ -650,35 +647,36 @@ class MIAPoisoning(AnalysisModule):
         axes.legend()
         image = save_png(figure, Path(self.trainer.default_root_dir) / Path(self.results_file).with_suffix(".png"))
         log_to_wandb(self.trainer, "mia_poisoning", header=header, rows=rows, images=[image])
-        results: dict[str, Any] = {}
-        for test in experiment.clean:
-            for name, side in (("clean", experiment.clean), ("poisoned", experiment.poisoned)):
-                results[f"{test}/auc_{name}"] = side[test]["auc"]
-                results[f"{test}/tpr_at_fpr_{name}"] = side[test]["tpr_at_fpr"]
-            for goal in hp.goals:
-                results[f"{test}/flipped_{goal}"] = experiment.flipped[test][goal]
-        results.update({f"member_nll_{name}": value for name, value in experiment.member_nll.items()})
-        results["poisons"] = [asdict(p) for p in experiment.poisons]
-        results["targets"] = experiment.targets
-        results["scores"] = {"clean": experiment.clean_scores, "poisoned": experiment.poisoned_scores}
+        results: dict[str, Any] = {f"{test}/{name}": value for test, m in metrics.items() for name, value in m.items()}
+        results.update(
+            false_negative_targets=len(data.false_negatives),
+            false_positive_targets=len(data.false_positives),
+            members_clean=int(labels["clean"].sum()),
+            members_poisoned=int(labels["poisoned"].sum()),
+            labels_changed=int((labels["clean"] != labels["poisoned"]).sum()),
+            poisons=[asdict(p) for p in data.poisons],
+            skipped=data.skipped,
+            scores={run: {t: s.tolist() for t, s in scores[run].items()} for run in RUNS},
+        )
         return results
 
 
 __all__ = [
-    "GOALS",
-    "TESTS",
+    "LAMBDA",
+    "NON_NEIGHBOUR_BUDGET",
     "MIAPoisoning",
     "Poison",
-    "PoisoningExperiment",
+    "PoisonedData",
+    "activation_cosine",
+    "advantage",
     "allowed_tokens",
-    "check_same_tokenizer",
-    "craft_poison",
-    "craft_poisons",
+    "build_poisoned_data",
     "decisions",
+    "evaluate_runs",
     "fine_tune",
+    "mapping_error",
     "membership_scores",
-    "mia_metrics",
-    "poisoned_training_set",
-    "representation_similarity",
+    "poison_neighbour",
+    "poison_non_neighbour",
     "run_poisoning_experiment",
 ]

