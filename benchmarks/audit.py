@@ -1,19 +1,20 @@
-"""Membership-inference benchmarks: the poisoning attack that discredits MI tests (Mangaokar et al., NeurIPS 2025).
+"""Membership-inference benchmarks: PoisonM, the poisoning that discredits MI tests (Mangaokar et al., NeurIPS 2025).
 
-    .venv/bin/python -m benchmarks.audit [--sections ...] [--quick] [--workdir runs/benchmarks/audit]
+    .venv/bin/python -m benchmarks.audit [--sections ...] [--quick] [--tofu] [--workdir runs/benchmarks/audit]
 
-- ``audit-poisoning-tiny``: a tiny Llama (hidden 64, 2 layers) first trained on a fictitious-facts corpus of other
-  authors (its "pre-training", seed 7, 40 authors), then fine-tuned on members; members and non-members are QA pairs
-  of disjoint authors of the fictitious corpus (seed 0) and, with ``--tofu``, of TOFU (``/work/shared/data/tofu``).
-  For every fine-tuning length in ``--epochs`` (more epochs: a more accurate test) the section reports each test's
-  AUC and TPR@1%FPR on clean vs poisoned training data, the share of targets whose decision flipped and the members'
-  NLL; the poisons (``--budget`` per target, every member and non-member targeted) are crafted once with the
-  pre-trained base model and every poison is outside its target's neighbourhood (3-gram, edit distance, MiniLM).
-- ``audit-poisoning-smollm2``: the same on SmolLM2-135M-Instruct with LoRA, at the reduced scale of its options.
+- ``audit-poisoning-tiny``: the paper's Section 6.1 protocol scaled to a 2-core CPU. A tiny Llama (hidden 64, 2
+  layers) "pre-trained" on 40 fictitious authors (seed 7) is fine-tuned for 1 epoch (AdamW, batch 16) on a
+  background set with member canaries inserted; as many held-out canaries are kept out. Fictitious rows: canaries
+  are fictitious-fact answers (seed 0, >= 7 words), the background is TOFU text (like the paper's WikiText
+  background with AI4Privacy canaries); TOFU rows (``--tofu``): TOFU canaries and TOFU background (disjoint
+  records). Membership labels follow the neighbourhood (a held-out canary with a neighbour in the training set is a
+  member). For each neighbourhood (7-gram, exact match) one poisoned dataset: every member canary's record becomes a
+  poisoned neighbour (b1 = 1) and, per non-member, b2 = 10 background records become poisoned non-neighbours. Each
+  test's AUC and TPR@1%FPR on the clean vs poisoned model, beside the paper's Table 2 / Table 6 numbers, and
+  Theorem 5.1's trade-off: Adv(clean) + Adv(poisoned) against the measured mapping error delta (a third fine-tune
+  on the ideal set, x_sample where the poison is).
 
-Target (the issue): the paper's direction, poisoning drives the tests to or below chance (the paper: the reference
-test from AUC 0.647 to 0.089). Every stage (base model, poisons, each fine-tune's scores) is cached under
-``--workdir``, so a long run resumes.
+Every stage (base model, poisoned sets, each fine-tune's scores) is cached under ``--workdir``, so a run resumes.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import argparse
 import copy
 import json
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -32,14 +32,14 @@ if not __package__:  # run as benchmarks/audit.py: import this repository's benc
 import torch
 
 import trustlit
-from benchmarks.common import family_report, mean_std, run_families, table
+from benchmarks.common import family_report, run_families, table
 from trustlit.audit.mia_poisoning import (
     Poison,
-    craft_poisons,
+    PoisonedData,
+    build_poisoned_data,
+    evaluate_runs,
     fine_tune,
     membership_scores,
-    mia_metrics,
-    poisoned_training_set,
 )
 from trustlit.audit.neighbourhood import Neighbourhood
 from trustlit.data.qa import read_jsonl
@@ -47,29 +47,52 @@ from trustlit.fictitious import fictitious_qa
 from trustlit.paths import write_json_atomic
 
 TOFU = Path("/work/shared/data/tofu")
+TESTS = ("loss", "min_k", "zlib", "min_k_plus_plus", "reference")
+# The paper's AI4Privacy columns (Pythia-6.9B): test -> (natural AUC, PoisonM AUC, natural TPR@1%, PoisonM TPR@1%).
+# Table 2 / Table 6 lost their row labels in the text we read; the blocks are 7-gram, exact, embedding, edit, the
+# order of Table 3 and Section 6.1 (the 7-gram block matches Table 4's natural numbers).
+PAPER = {
+    "ngram": {
+        "loss": (0.587, 0.252, 0.104, 0.004),
+        "min_k": (0.561, 0.408, 0.089, 0.065),
+        "zlib": (0.564, 0.375, 0.097, 0.034),
+        "perturb": (0.600, 0.274, 0.104, 0.004),
+        "reference": (0.647, 0.089, 0.108, 0.004),
+    },
+    "exact": {
+        "loss": (0.548, 0.043, 0.030, 0.000),
+        "min_k": (0.516, 0.233, 0.008, 0.002),
+        "zlib": (0.521, 0.115, 0.024, 0.000),
+        "perturb": (0.570, 0.059, 0.048, 0.000),
+        "reference": (0.625, 0.022, 0.062, 0.000),
+    },
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("audit")
-    group.add_argument("--records", type=int, default=20, help="members and non-members each")
-    group.add_argument("--budget", type=int, default=8, help="poisons per target")
-    group.add_argument("--steps", type=int, default=10, help="token-swap steps per poison")
-    group.add_argument("--epochs", default="2,6", help="fine-tuning epochs, comma-separated")
-    group.add_argument("--tofu", action="store_true", help="also TOFU members / non-members")
-    group.add_argument("--smollm2-records", type=int, default=6, help="SmolLM2: members and non-members each")
+    group.add_argument("--canaries", type=int, default=50, help="member and held-out canaries each")
+    group.add_argument("--background", type=int, default=3000, help="background records")
+    group.add_argument("--lr", type=float, default=1e-3, help="fine-tuning learning rate (1 epoch, batch 16)")
+    group.add_argument("--kinds", default="ngram,exact", help="neighbourhoods, comma-separated")
+    group.add_argument("--tofu", action="store_true", help="also TOFU canaries on TOFU background")
 
 
 def qa(records: list[dict]) -> list[dict[str, str]]:
     return [{"question": r["question"], "answer": r["answer"]} for r in records]
 
 
-def datasets(args: argparse.Namespace, count: int) -> dict[str, tuple[list, list]]:
-    """name -> (members, non-members): disjoint authors (fictitious: 9 records each, TOFU: 20)."""
-    fictitious = qa(fictitious_qa(num_authors=40, seed=0))
-    sets = {"fictitious": (fictitious[:count], fictitious[len(fictitious) // 2 :][:count])}
+def datasets(args: argparse.Namespace, count: int, size: int) -> dict[str, tuple[list, list, list, list]]:
+    """name -> (background, members, auxiliary, held-out canaries), all disjoint."""
+    tofu = qa(read_jsonl(TOFU / "full.json"))
+    fictitious = [r for r in qa(fictitious_qa(num_authors=128, seed=0)) if len(r["answer"].split()) >= 7]
+    step = len(fictitious) // 3  # members, auxiliary, held-out from disjoint authors
+    sets = {
+        "fictitious": (tofu[:size], fictitious[:count], fictitious[step : step + count], fictitious[-count:])
+    }  # fmt: skip
     if args.tofu:
-        tofu = qa(read_jsonl(TOFU / "full.json"))
-        sets["tofu"] = (tofu[:count], tofu[2000 : 2000 + count])
+        tofu_size = min(size, len(tofu) - 1200)
+        sets["tofu"] = (tofu[1200 : 1200 + tofu_size], tofu[:count], tofu[400 : 400 + count], tofu[800 : 800 + count])
     return sets
 
 
@@ -98,146 +121,118 @@ def tiny_base(workdir: Path, quick: bool) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
-def experiment(
-    name: str,
-    base: Any,
-    tokenizer: Any,
-    members: list,
-    non_members: list,
-    args: argparse.Namespace,
-    workdir: Path,
-    training: dict[str, Any],
-    epochs: list[int],
-) -> list[list[str]]:
-    """Rows of one model x dataset: per epochs, per test: AUC / TPR clean and poisoned, flips, member NLL."""
-    neighbourhood = Neighbourhood()
-    population = [*members, *non_members]
-    is_member = torch.tensor([True] * len(members) + [False] * len(non_members))
+def experiment(name: str, base: Any, tokenizer: Any, data: tuple, kind: str, args: argparse.Namespace) -> dict:
+    """One dataset x neighbourhood: the poisoned set, the three fine-tunes' scores, labels and metrics (cached)."""
+    background, members, auxiliary, held_out = data
+    neighbourhood = Neighbourhood(kind)
+    workdir = args.run_dir
+    population = [*members, *held_out]
 
-    def make_poisons() -> list[dict]:
-        began, poisons = time.perf_counter(), []
-        for index, target in enumerate(population):
-            goal = "false_negative" if index < len(members) else "false_positive"
-            poisons += craft_poisons(
-                base, tokenizer, target, goal, args.budget, neighbourhood, seed=1000 * index, steps=args.steps
-            )
-            print(f"{name}: poisons for {index + 1}/{len(population)} targets ({time.perf_counter() - began:.0f} s)")
-        return [asdict(p) for p in poisons]
+    def make_data() -> dict:
+        poisoned = build_poisoned_data(base, tokenizer, background, members, held_out, auxiliary, neighbourhood)
+        return asdict(poisoned)
 
-    poisons = [Poison(**p) for p in cached(workdir / f"{name}_poisons.json", make_poisons)]
-    assert not any(
-        neighbourhood.contains_many(t["answer"], [p.answer for p in poisons if p.question == t["question"]]).any()
-        for t in population
-    )
+    raw = cached(workdir / f"{name}_{kind}_data.json", make_data)
+    poisoned = PoisonedData(**{**raw, "poisons": [Poison(**p) for p in raw["poisons"]]})
+    runs = {"clean": poisoned.clean, "poisoned": poisoned.poisoned, "ideal": poisoned.ideal}
+
+    def scores(records: list) -> dict[str, list[float]]:
+        model = copy.deepcopy(base)
+        fine_tune(model, tokenizer, records, epochs=1, lr=args.lr, batch_size=16)
+        return {t: s.tolist() for t, s in membership_scores(model, tokenizer, population, base).items()}
+
+    results = {
+        run: cached(workdir / (f"{name}_clean.json" if run == "clean" else f"{name}_{kind}_{run}.json"),
+                    lambda r=records: scores(r))
+        for run, records in runs.items()
+    }  # fmt: skip
+    texts = [r["answer"] for r in population]
+    labels = {run: torch.from_numpy(neighbourhood.members(texts, [r["answer"] for r in runs[run]])) for run in runs}
+    tensors = {run: {t: torch.tensor(v) for t, v in results[run].items()} for run in runs}
+    return {"data": poisoned, "labels": labels, "metrics": evaluate_runs(tensors, labels, poisoned)}
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    """Spearman's rank correlation (no ties expected among a handful of AUCs)."""
+    ranks = [torch.tensor(v).argsort().argsort().double() for v in (a, b)]
+    return float(torch.corrcoef(torch.stack(ranks))[0, 1])
+
+
+HEADER = ["data", "N_r", "test", "AUC clean", "AUC poisoned", "paper AUC", "TPR@1% clean", "TPR@1% poisoned",
+          "paper TPR@1%", "Adv clean", "Adv poisoned", "sum", "delta"]  # fmt: skip
+
+
+def rows_of(name: str, kind: str, result: dict) -> list[list[str]]:
     rows = []
-    for count in epochs:
-
-        def scores(kind: str, count: int = count) -> dict[str, list[float]]:
-            model = copy.deepcopy(base)
-            records = members if kind == "clean" else poisoned_training_set(members, poisons)
-            fine_tune(model, tokenizer, records, epochs=count, **training)
-            return {
-                t: s.tolist() for t, s in membership_scores(model, tokenizer, population, (base, tokenizer)).items()
-            }
-
-        runs = {
-            kind: cached(workdir / f"{name}_e{count}_{kind}.json", lambda k=kind: scores(k))
-            for kind in ("clean", "poisoned")
-        }
-        metrics = {kind: mia_metrics({t: torch.tensor(s) for t, s in runs[kind].items()}, is_member) for kind in runs}
-        nll = {kind: -torch.tensor(runs[kind]["loss"][: len(members)]).mean().item() for kind in runs}
-        for test in metrics["clean"]:
-            clean, poisoned = metrics["clean"][test], metrics["poisoned"][test]
-            rows.append(
-                [
-                    name,
-                    str(count),
-                    test,
-                    f"{clean['auc']:.3f}",
-                    f"{poisoned['auc']:.3f}",
-                    f"{clean['tpr_at_fpr']:.3f}",
-                    f"{poisoned['tpr_at_fpr']:.3f}",
-                    f"{nll['clean']:.3f}",
-                    f"{nll['poisoned']:.3f}",
-                ]
-            )
-    similarity = mean_std([p.similarity - p.start_similarity for p in poisons], 3)
-    print(f"{name}: J gain over the start {similarity}")
+    for test, m in result["metrics"].items():
+        paper = PAPER.get(kind, {}).get(test)
+        rows.append(
+            [
+                name,
+                kind,
+                test,
+                f"{m['auc_clean']:.3f}",
+                f"{m['auc_poisoned']:.3f}",
+                f"{paper[0]:.3f} -> {paper[1]:.3f}" if paper else "-",
+                f"{m['tpr_clean']:.3f}",
+                f"{m['tpr_poisoned']:.3f}",
+                f"{paper[2]:.3f} -> {paper[3]:.3f}" if paper else "-",
+                f"{m['advantage_clean']:.3f}",
+                f"{m['advantage_poisoned']:.3f}",
+                f"{m['advantage_sum']:.3f}",
+                f"{m['delta']:.3f}",
+            ]
+        )
     return rows
 
 
-HEADER = [
-    "data",
-    "epochs",
-    "test",
-    "AUC clean",
-    "AUC poisoned",
-    "TPR@1% clean",
-    "TPR@1% poisoned",
-    "member NLL clean",
-    "member NLL poisoned",
-]
+def summary(name: str, kind: str, result: dict) -> str:
+    data, labels, metrics = result["data"], result["labels"], result["metrics"]
+    below = [t for t, m in metrics.items() if m["auc_poisoned"] < 0.5]
+    holds = [t for t, m in metrics.items() if m["advantage_sum"] <= m["delta"]]
+    tests = list(metrics)
+    rho = spearman([metrics[t]["auc_clean"] for t in tests], [metrics[t]["auc_poisoned"] for t in tests])
+    return (
+        f"- {name}, {kind}: {int(labels['clean'].sum())} of {len(labels['clean'])} canaries are members "
+        f"(clean set), {int((labels['clean'] != labels['poisoned']).sum())} labels changed by the poisoning; "
+        f"{len(data.false_negatives)} false-negative targets ({len(data.skipped)} members got no poisoned neighbour), "
+        f"{len(data.false_positives)} false-positive targets, {len(data.poisons)} poisons. AUC below chance after "
+        f"poisoning: {', '.join(below) or 'none'}. Adv(clean) + Adv(poisoned) <= delta (Theorem 5.1) for "
+        f"{len(holds)} of {len(tests)} tests; Spearman(natural AUC, poisoned AUC) over the tests = {rho:.2f} "
+        "(the paper: the best natural tests are the least robust, i.e. negative)."
+    )
 
 
 def poisoning_tiny(args: argparse.Namespace) -> str:
-    workdir = args.workdir / ("tiny_quick" if args.quick else "tiny")
-    count, epochs = (4, [2]) if args.quick else (args.records, [int(e) for e in args.epochs.split(",")])
+    args.run_dir = args.workdir / ("tiny_quick" if args.quick else "tiny")
+    count, size = (6, 120) if args.quick else (args.canaries, args.background)
     base, tokenizer = tiny_base(args.workdir, args.quick)
-    rows = []
-    for name, (members, non_members) in datasets(args, count).items():
-        training = {"lr": 1e-3, "batch_size": 8}
-        rows += experiment(name, base, tokenizer, members, non_members, args, workdir, training, epochs)
-    return f"""## audit-poisoning-tiny: MI tests on clean vs poisoned fine-tuning, tiny Llama
+    rows, notes = [], []
+    for name, data in datasets(args, count, size).items():
+        for kind in args.kinds.split(","):
+            result = experiment(name, base, tokenizer, data, kind, args)
+            rows += rows_of(name, kind, result)
+            notes.append(summary(name, kind, result))
+    notes_text = "\n".join(notes)
+    return f"""## audit-poisoning-tiny: PoisonM at the paper's protocol, scaled to a tiny Llama on 2 CPU cores
 
-Tiny Llama (hidden 64, 2 layers) pre-trained on 40 other fictitious authors; {count} members and {count} non-members
-(disjoint authors); every member gets {args.budget} false-negative poisons and every non-member {args.budget}
-false-positive poisons ({args.steps} GCG steps of 32 candidates, top-16), each outside its target's neighbourhood
-(3-gram overlap < 0.5, character edit distance > 0.3, MiniLM cosine < 0.8; checked). The reference model is the
-pre-trained base. AdamW lr 1e-3, batch 8; the poisoned run trains on members + poisons for the same epochs.
+Paper (Section 6.1): Pythia-6.9B fine-tuned 1 epoch (AdamW lr 2e-5, batch 16) on 100K WikiText background with 500
+canaries (AI4Privacy / AGNews), 500 held out; b1 = 1, b2 = 10; 7-gram, exact, embedding (E5, c = 0.9) and edit
+(l = 0.48) neighbourhoods. Here: a tiny Llama (hidden 64, 2 layers; pre-trained on 40 fictitious authors) fine-tuned
+1 epoch (AdamW lr {args.lr:g}, batch 16: the tiny model learns nothing at 2e-5) on {size} background records with
+{count} member canaries, {count} held out; b1 = 1, b2 = 10; word 7-grams and exact match. Not run: the perturbation
+test (not in trustlit.audit.mia; Min-K%++ is extra), embedding (a MiniLM call per candidate swap: too slow here)
+and edit distance (on these texts two unrelated answers have a median lev/(|x|+|x'|) of 0.43-0.45 < 0.48, so
+nearly every held-out canary is an edit-distance member). Adv = E[T | member] - E[T | non-member] (Lemma 3.5);
+delta = mean |T(poisoned) - T(ideal)| over the false-negative plus the false-positive targets (Theorem 5.1).
 
-{table(HEADER, rows, "lllrrrrrr")}
+{table(HEADER, rows, "lllrrlrrlrrrr")}
 
-{reading(rows)}
+{notes_text}
 """
 
 
-def reading(rows: list[list[str]]) -> str:
-    """The target check: which tests poisoning drove to chance (AUC <= 0.55) or below it, and the AUC drops."""
-    lines = []
-    for data, epochs in dict.fromkeys((r[0], r[1]) for r in rows):
-        chosen = [r for r in rows if r[:2] == [data, epochs]]
-        drops = ", ".join(f"{r[2]} {r[3]} -> {r[4]}" for r in chosen)
-        at_chance = [r[2] for r in chosen if float(r[4]) <= 0.55] or ["none"]
-        lines.append(f"- {data}, {epochs} epochs: AUC {drops}; at or below chance (<= 0.55): {', '.join(at_chance)}.")
-    return "Target (the paper's direction, tests driven to or below chance):\n\n" + "\n".join(lines)
-
-
-def poisoning_smollm2(args: argparse.Namespace) -> str:
-    from trustlit.llm.loading import load_causal_lm
-
-    workdir = args.workdir / ("smollm2_quick" if args.quick else "smollm2")
-    count = 2 if args.quick else args.smollm2_records
-    lora = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}
-    base, tokenizer = load_causal_lm("smollm2-135m-instruct", lora=lora)
-    base.eval()
-    rows = []
-    for name, (members, non_members) in datasets(args, count).items():
-        rows += experiment(
-            f"smollm2-{name}", base, tokenizer, members, non_members, args, workdir, {"lr": 1e-3, "batch_size": 4}, [3]
-        )
-    return f"""## audit-poisoning-smollm2: MI tests on clean vs poisoned LoRA fine-tuning, SmolLM2-135M-Instruct
-
-SmolLM2-135M-Instruct (LoRA r 8 on q/v), reduced scale for a 2-core CPU: {count} members, {count} non-members,
-{args.budget} poisons per target, {args.steps} GCG steps, 3 epochs at lr 1e-3. The base (LoRA off) is the surrogate and
-the reference. Same neighbourhood as the tiny section.
-
-{table(HEADER, rows, "lllrrrrrr")}
-
-{reading(rows)}
-"""
-
-
-SECTIONS = {"audit-poisoning-tiny": poisoning_tiny, "audit-poisoning-smollm2": poisoning_smollm2}
+SECTIONS = {"audit-poisoning-tiny": poisoning_tiny}
 FAMILIES = (sys.modules[__name__],)
 REPORT = family_report(
     "Membership-inference benchmarks",
@@ -253,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
         REPORT,
         FAMILIES,
         argv,
-        quick="a smoke run: 4 members, one fine-tuning length",
+        quick="a smoke run: 6 canaries each, 120 background records",
         workdir="runs/benchmarks/audit",
         threads=1,
     )
