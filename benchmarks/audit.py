@@ -76,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--lr", type=float, default=1e-3, help="fine-tuning learning rate (1 epoch, batch 16)")
     group.add_argument("--kinds", default="ngram,exact", help="neighbourhoods, comma-separated")
     group.add_argument("--tofu", action="store_true", help="also TOFU canaries on TOFU background")
+    group.add_argument("--tofu-canaries", type=int, default=20, help="TOFU: member and held-out canaries each")
 
 
 def qa(records: list[dict]) -> list[dict[str, str]]:
@@ -92,7 +93,8 @@ def datasets(args: argparse.Namespace, count: int, size: int) -> dict[str, tuple
     }  # fmt: skip
     if args.tofu:
         tofu_size = min(size, len(tofu) - 1200)
-        sets["tofu"] = (tofu[1200 : 1200 + tofu_size], tofu[:count], tofu[400 : 400 + count], tofu[800 : 800 + count])
+        n = min(count, args.tofu_canaries)
+        sets["tofu"] = (tofu[1200 : 1200 + tofu_size], tofu[:n], tofu[400 : 400 + n], tofu[800 : 800 + n])
     return sets
 
 
@@ -204,8 +206,9 @@ def summary(name: str, kind: str, result: dict) -> str:
 
 
 def poisoning_tiny(args: argparse.Namespace) -> str:
-    args.run_dir = args.workdir / ("tiny_quick" if args.quick else "tiny")
     count, size = (6, 120) if args.quick else (args.canaries, args.background)
+    scale = f"c{count}_t{args.tofu_canaries}_b{size}_lr{args.lr:g}"  # a cache per scale: resuming never mixes them
+    args.run_dir = args.workdir / ("tiny_quick" if args.quick else "tiny") / scale
     base, tokenizer = tiny_base(args.workdir, args.quick)
     rows, notes = [], []
     for name, data in datasets(args, count, size).items():
@@ -220,7 +223,7 @@ Paper (Section 6.1): Pythia-6.9B fine-tuned 1 epoch (AdamW lr 2e-5, batch 16) on
 canaries (AI4Privacy / AGNews), 500 held out; b1 = 1, b2 = 10; 7-gram, exact, embedding (E5, c = 0.9) and edit
 (l = 0.48) neighbourhoods. Here: a tiny Llama (hidden 64, 2 layers; pre-trained on 40 fictitious authors) fine-tuned
 1 epoch (AdamW lr {args.lr:g}, batch 16: the tiny model learns nothing at 2e-5) on {size} background records with
-{count} member canaries, {count} held out; b1 = 1, b2 = 10; word 7-grams and exact match. Not run: the perturbation
+{count} member canaries, {count} held out (TOFU rows: {args.tofu_canaries}); b1 = 1, b2 = 10; word 7-grams and exact match. Not run: the perturbation
 test (not in trustlit.audit.mia; Min-K%++ is extra), embedding (a MiniLM call per candidate swap: too slow here)
 and edit distance (on these texts two unrelated answers have a median lev/(|x|+|x'|) of 0.43-0.45 < 0.48, so
 nearly every held-out canary is an edit-distance member). Adv = E[T | member] - E[T | non-member] (Lemma 3.5);
