@@ -223,15 +223,21 @@ Paper (Section 6.1): Pythia-6.9B fine-tuned 1 epoch (AdamW lr 2e-5, batch 16) on
 canaries (AI4Privacy / AGNews), 500 held out; b1 = 1, b2 = 10; 7-gram, exact, embedding (E5, c = 0.9) and edit
 (l = 0.48) neighbourhoods. Here: a tiny Llama (hidden 64, 2 layers; pre-trained on 40 fictitious authors) fine-tuned
 1 epoch (AdamW lr {args.lr:g}, batch 16: the tiny model learns nothing at 2e-5) on {size} background records with
-{count} member canaries, {count} held out (TOFU rows: {args.tofu_canaries}); b1 = 1, b2 = 10; word 7-grams and exact match. Not run: the perturbation
-test (not in trustlit.audit.mia; Min-K%++ is extra), embedding (a MiniLM call per candidate swap: too slow here)
-and edit distance (on these texts two unrelated answers have a median lev/(|x|+|x'|) of 0.43-0.45 < 0.48, so
-nearly every held-out canary is an edit-distance member). Adv = E[T | member] - E[T | non-member] (Lemma 3.5);
-delta = mean |T(poisoned) - T(ideal)| over the false-negative plus the false-positive targets (Theorem 5.1).
+{count} member canaries, {count} held out (TOFU rows: {args.tofu_canaries}); b1 = 1, b2 = 10; word 7-grams and exact
+match. Not run: the perturbation test (not in trustlit.audit.mia; Min-K%++ is extra), embedding (a MiniLM call
+per candidate swap: too slow here) and edit distance (on these texts two unrelated answers have a median
+lev/(|x|+|x'|) of 0.43-0.45 < 0.48, so nearly every held-out canary is an edit-distance member).
+Adv = E[T | member] - E[T | non-member] (Lemma 3.5); delta = mean |T(poisoned) - T(ideal)| over the false-negative plus the false-positive targets (Theorem 5.1).
 
 {table(HEADER, rows, "lllrrlrrlrrrr")}
 
 {notes_text}
+
+Reading: "sum <= delta" is Theorem 5.1's inequality on one training run (the theorem is about expectations over
+training); the cross-test Spearman is the paper's empirical trade-off (Section 6.2: the reference test, best
+naturally, is the worst after poisoning), a ranking over only five tests. Min-K%++ (not in the paper) resists
+more than the others; we have not established why (a guess: it normalises each token by the model's own
+next-token distribution, which training on near-copies sharpens for members and non-members alike).
 """
 
 
