@@ -227,7 +227,8 @@ canaries (AI4Privacy / AGNews), 500 held out; b1 = 1, b2 = 10; 7-gram, exact, em
 match. Not run: the perturbation test (not in trustlit.audit.mia; Min-K%++ is extra), embedding (a MiniLM call
 per candidate swap: too slow here) and edit distance (on these texts two unrelated answers have a median
 lev/(|x|+|x'|) of 0.43-0.45 < 0.48, so nearly every held-out canary is an edit-distance member).
-Adv = E[T | member] - E[T | non-member] (Lemma 3.5); delta = mean |T(poisoned) - T(ideal)| over the false-negative plus the false-positive targets (Theorem 5.1).
+Adv = E[T | member] - E[T | non-member] (Lemma 3.5); delta = mean |T(poisoned) - T(ideal)| over the
+false-negative plus the false-positive targets (Theorem 5.1).
 
 {table(HEADER, rows, "lllrrlrrlrrrr")}
 
