@@ -1,6 +1,6 @@
 """Private vaccination (Nguyen et al., NeurIPS 2025): the paper's Table-2 quantities on contact networks.
 
-    .venv/bin/python benchmarks/privacy_vaccination.py [--quick] [--output PATH]
+    .venv/bin/python benchmarks/privacy_vaccination.py [--quick]    (= benchmarks/privacy.py --sections vaccination)
 
 :func:`vaccination_section` returns a markdown section (``## Private vaccination``): for each graph (networkx's
 karate, Les Misérables, Florentine families, Davis; Barabási–Albert, Chung–Lu and BTER-style graphs with 1,000
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -31,7 +30,7 @@ from typing import Any
 if not __package__:  # run as benchmarks/privacy_vaccination.py: import this repository's benchmarks package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import command_line, mean_std, provenance, repo_path, table, with_provenance
+from benchmarks.common import mean_std, repo_path, table
 from trustlit.data.contact_networks import contact_network
 from trustlit.paths import write_json_atomic
 from trustlit.privacy.vaccination import max_degree_after, spectral_radius_after
@@ -277,18 +276,10 @@ is one node, the additive bound D + T + α being larger than the maximum degree.
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (2 seeds, 10 SIR runs)")
-    parser.add_argument("--output", default=None, help="also write the section to this markdown file")
-    add_vaccination_arguments(parser)
-    args = parser.parse_args(argv)
-    load = os.getloadavg()[0]
-    text = with_provenance(vaccination_section(args), provenance(command_line(SCRIPT, argv), args.quick, load))
-    print(text)
-    if args.output:
-        output = repo_path(args.output)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
+    """The section alone, into docs/benchmarks/privacy.md: ``benchmarks/privacy.py --sections vaccination``."""
+    from benchmarks.privacy import main as privacy_main  # privacy.py imports this module: import at call time
+
+    privacy_main(["--sections", "vaccination", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
