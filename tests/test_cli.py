@@ -78,8 +78,8 @@ def offline_stand_ins(recipe: Path, harvest: Callable[[], Path]) -> list[str]:
         overrides += ["--model.init_args.max_points=2", "--model.init_args.seeds=1"]
     if "sir_runs" in model_args:  # vaccination: one seed, one epsilon, a few epidemics
         overrides += ["--model.init_args.seeds=1", "--model.init_args.epsilons=[1.0]", "--model.init_args.sir_runs=5"]
-    if "targets_per_goal" in model_args:  # MI poisoning: one target per goal, one poison, one search step, one epoch
-        attack = {"targets_per_goal": 1, "budget": 1, "steps": 1, "epochs": 1}
+    if "non_neighbour_budget" in model_args:  # PoisonM: 3 canaries each, 2 poisons per non-member, one epoch
+        attack = {"canaries": 3, "non_neighbour_budget": 2, "epochs": 1}
         overrides += [f"--model.init_args.{key}={value}" for key, value in attack.items()]
     if data_args.get("source") == "secret-keeper":
         sizes = {"num_align": 20, "num_finetune": 20, "num_harmful": 10, "num_test": 4}

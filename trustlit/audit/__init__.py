@@ -5,7 +5,7 @@
 - :mod:`~trustlit.audit.canary`: the canary audit over runs with and without one example;
 - :mod:`~trustlit.audit.mia`: membership-inference scorers on per-token log-probabilities (LOSS, zlib,
   Min-K%, Min-K%++, reference), AUC / TPR at low FPR, and the :class:`MembershipInference` callback;
-- :mod:`~trustlit.audit.neighbourhood`: relaxed membership (n-gram overlap, edit distance, MiniLM cosine);
+- :mod:`~trustlit.audit.neighbourhood`: relaxed membership (n-gram, embedding, edit distance, exact match);
 - :mod:`~trustlit.audit.mia_poisoning`: poisons that make the tests err on a target (:class:`MIAPoisoning`).
 
 Exports load on first use: ``mia`` brings torch, Lightning and transformers, the bounds only scipy.
@@ -33,7 +33,13 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "tpr_at_fpr",
             "zlib_score",
         ],
-        "trustlit.audit.mia_poisoning": ["MIAPoisoning", "craft_poison", "craft_poisons", "run_poisoning_experiment"],
+        "trustlit.audit.mia_poisoning": [
+            "MIAPoisoning",
+            "build_poisoned_data",
+            "poison_neighbour",
+            "poison_non_neighbour",
+            "run_poisoning_experiment",
+        ],
         "trustlit.audit.neighbourhood": ["Neighbourhood", "in_neighbourhood"],
     },
 )
