@@ -34,6 +34,8 @@ import torch
 import trustlit
 from benchmarks.common import family_report, run_families, table
 from trustlit.audit.mia_poisoning import (
+    NON_NEIGHBOUR_BUDGET,
+    RUNS,
     Poison,
     PoisonedData,
     build_poisoned_data,
@@ -47,6 +49,7 @@ from trustlit.fictitious import fictitious_qa
 from trustlit.paths import write_json_atomic
 
 TOFU = Path("/work/shared/data/tofu")
+SMOLLM2_LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
 TESTS = ("loss", "min_k", "zlib", "min_k_plus_plus", "reference")
 # The paper's AI4Privacy columns (Pythia-6.9B): test -> (natural AUC, PoisonM AUC, natural TPR@1%, PoisonM TPR@1%).
 # Table 2 / Table 6 lost their row labels in the text we read; the blocks are 7-gram, exact, embedding, edit, the
@@ -77,6 +80,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kinds", default="ngram,exact", help="neighbourhoods, comma-separated")
     group.add_argument("--tofu", action="store_true", help="also TOFU canaries on TOFU background")
     group.add_argument("--tofu-canaries", type=int, default=20, help="TOFU: member and held-out canaries each")
+    group.add_argument("--smollm2-canaries", type=int, default=20, help="SmolLM2: member and held-out canaries each")
+    group.add_argument("--smollm2-background", type=int, default=160, help="SmolLM2: background records")
+    group.add_argument("--smollm2-budget", type=int, default=4, help="SmolLM2: b2, poisons per non-member")
+    group.add_argument("--smollm2-top-k", type=int, default=4, help="SmolLM2: candidate tokens per swap (GCG top-k)")
+    group.add_argument("--smollm2-lr", type=float, default=1e-3, help="SmolLM2: LoRA learning rate")
+    group.add_argument("--smollm2-epochs", type=int, default=1, help="SmolLM2: fine-tuning epochs")
+    group.add_argument("--smollm2-no-ideal", action="store_true", help="SmolLM2: skip the ideal run (no delta)")
 
 
 def qa(records: list[dict]) -> list[dict[str, str]]:
@@ -124,30 +134,37 @@ def tiny_base(workdir: Path, quick: bool) -> tuple[Any, Any]:
 
 
 def experiment(name: str, base: Any, tokenizer: Any, data: tuple, kind: str, args: argparse.Namespace) -> dict:
-    """One dataset x neighbourhood: the poisoned set, the three fine-tunes' scores, labels and metrics (cached)."""
+    """One dataset x neighbourhood: the poisoned set, the fine-tunes' scores, labels and metrics (cached).
+
+    ``args.run_dir``, ``args.training`` (:func:`fine_tune` options), ``args.attack``, ``args.budget`` and
+    ``args.runs`` come from the section. The clean run goes first: it does not depend on the poisons."""
     background, members, auxiliary, held_out = data
     neighbourhood = Neighbourhood(kind)
     workdir = args.run_dir
     population = [*members, *held_out]
-
-    def make_data() -> dict:
-        poisoned = build_poisoned_data(base, tokenizer, background, members, held_out, auxiliary, neighbourhood)
-        return asdict(poisoned)
-
-    raw = cached(workdir / f"{name}_{kind}_data.json", make_data)
-    poisoned = PoisonedData(**{**raw, "poisons": [Poison(**p) for p in raw["poisons"]]})
-    runs = {"clean": poisoned.clean, "poisoned": poisoned.poisoned, "ideal": poisoned.ideal}
+    length = {"max_length": args.training.get("max_length", 256)}
 
     def scores(records: list) -> dict[str, list[float]]:
         model = copy.deepcopy(base)
-        fine_tune(model, tokenizer, records, epochs=1, lr=args.lr, batch_size=16)
-        return {t: s.tolist() for t, s in membership_scores(model, tokenizer, population, base).items()}
+        fine_tune(model, tokenizer, records, **args.training)
+        return {t: s.tolist() for t, s in membership_scores(model, tokenizer, population, base, **length).items()}
 
-    results = {
-        run: cached(workdir / (f"{name}_clean.json" if run == "clean" else f"{name}_{kind}_{run}.json"),
-                    lambda r=records: scores(r))
-        for run, records in runs.items()
-    }  # fmt: skip
+    def make_data() -> dict:
+        poisoned = build_poisoned_data(
+            base, tokenizer, background, members, held_out, auxiliary, neighbourhood,
+            non_neighbour_budget=args.budget, attack=args.attack,
+        )  # fmt: skip
+        return asdict(poisoned)
+
+    clean = [*qa(background), *qa(members)]  # build_poisoned_data's clean set
+    results = {"clean": cached(workdir / f"{name}_clean.json", lambda: scores(clean))}
+    raw = cached(workdir / f"{name}_{kind}_data.json", make_data)
+    poisoned = PoisonedData(**{**raw, "poisons": [Poison(**p) for p in raw["poisons"]]})
+    runs = {"clean": poisoned.clean, "poisoned": poisoned.poisoned, "ideal": poisoned.ideal}
+    runs = {run: records for run, records in runs.items() if run in args.runs}
+    for run in runs:
+        if run != "clean":
+            results[run] = cached(workdir / f"{name}_{kind}_{run}.json", lambda r=runs[run]: scores(r))
     texts = [r["answer"] for r in population]
     labels = {run: torch.from_numpy(neighbourhood.members(texts, [r["answer"] for r in runs[run]])) for run in runs}
     tensors = {run: {t: torch.tensor(v) for t, v in results[run].items()} for run in runs}
@@ -182,7 +199,7 @@ def rows_of(name: str, kind: str, result: dict) -> list[list[str]]:
                 f"{m['advantage_clean']:.3f}",
                 f"{m['advantage_poisoned']:.3f}",
                 f"{m['advantage_sum']:.3f}",
-                f"{m['delta']:.3f}",
+                f"{m['delta']:.3f}" if "delta" in m else "-",
             ]
         )
     return rows
@@ -191,7 +208,8 @@ def rows_of(name: str, kind: str, result: dict) -> list[list[str]]:
 def summary(name: str, kind: str, result: dict) -> str:
     data, labels, metrics = result["data"], result["labels"], result["metrics"]
     below = [t for t, m in metrics.items() if m["auc_poisoned"] < 0.5]
-    holds = [t for t, m in metrics.items() if m["advantage_sum"] <= m["delta"]]
+    holds = [t for t, m in metrics.items() if "delta" in m and m["advantage_sum"] <= m["delta"]]
+    held = len(holds) if "ideal" in labels else "not measured (no ideal run)"
     tests = list(metrics)
     rho = spearman([metrics[t]["auc_clean"] for t in tests], [metrics[t]["auc_poisoned"] for t in tests])
     return (
@@ -200,7 +218,7 @@ def summary(name: str, kind: str, result: dict) -> str:
         f"{len(data.false_negatives)} false-negative targets ({len(data.skipped)} members got no poisoned neighbour), "
         f"{len(data.false_positives)} false-positive targets, {len(data.poisons)} poisons. AUC below chance after "
         f"poisoning: {', '.join(below) or 'none'}. Adv(clean) + Adv(poisoned) <= delta (Theorem 5.1) for "
-        f"{len(holds)} of {len(tests)} tests; Spearman(natural AUC, poisoned AUC) over the tests = {rho:.2f} "
+        f"{held} of {len(tests)} tests; Spearman(natural AUC, poisoned AUC) over the tests = {rho:.2f} "
         "(the paper: the best natural tests are the least robust, i.e. negative)."
     )
 
@@ -209,6 +227,7 @@ def poisoning_tiny(args: argparse.Namespace) -> str:
     count, size = (6, 120) if args.quick else (args.canaries, args.background)
     scale = f"c{count}_t{args.tofu_canaries}_b{size}_lr{args.lr:g}"  # a cache per scale: resuming never mixes them
     args.run_dir = args.workdir / ("tiny_quick" if args.quick else "tiny") / scale
+    args.training, args.attack, args.budget, args.runs = {"lr": args.lr}, None, NON_NEIGHBOUR_BUDGET, RUNS
     base, tokenizer = tiny_base(args.workdir, args.quick)
     rows, notes = [], []
     for name, data in datasets(args, count, size).items():
@@ -242,7 +261,41 @@ established why.
 """
 
 
-SECTIONS = {"audit-poisoning-tiny": poisoning_tiny}
+def poisoning_smollm2(args: argparse.Namespace) -> str:
+    from trustlit.llm.loading import load_causal_lm
+
+    count, size = (4, 40) if args.quick else (args.smollm2_canaries, args.smollm2_background)
+    budget, top_k, lr, epochs = args.smollm2_budget, args.smollm2_top_k, args.smollm2_lr, args.smollm2_epochs
+    scale = f"c{count}_b{size}_b2{budget}_k{top_k}_lr{lr:g}_e{epochs}"
+    args.run_dir = args.workdir / ("smollm2_quick" if args.quick else "smollm2") / scale
+    args.training = {"lr": lr, "epochs": epochs, "batch_size": 16, "max_length": 128}
+    args.attack, args.budget = {"top_k": top_k, "max_steps": 200}, budget
+    args.runs = RUNS[:2] if args.smollm2_no_ideal else RUNS
+    base, tokenizer = load_causal_lm("smollm2-135m-instruct", lora=SMOLLM2_LORA)
+    base.eval()
+    data = datasets(argparse.Namespace(tofu=False), count, size)["fictitious"]
+    result = experiment("fictitious", base, tokenizer, data, "ngram", args)
+    rows = rows_of("fictitious", "ngram", result)
+    ideal = "" if "ideal" in args.runs else " Not run either: the ideal fine-tune, so no delta."
+    return f"""## audit-poisoning-smollm2: PoisonM on SmolLM2-135M-Instruct with LoRA, reduced for 2 CPU cores
+
+The issue's real-model check. SmolLM2-135M-Instruct (the shipped GGUF, dequantized to float32) with LoRA
+{SMOLLM2_LORA}; the LoRA-wrapped base (adapters at zero) is the attacker's activation model f, the model
+fine-tuned, and the reference test's reference. The 7-gram rows of the tiny section at a smaller scale: {size}
+TOFU background records, {count} fictitious member canaries and {count} held out; 1 poisoned neighbour per member
+(b1 = 1) and b2 = {budget} poisoned non-neighbours per non-member (the paper's b2 = 10 would take ~2.5x the attack
+time: each GCG swap costs a forward and backward pass plus {top_k} candidate forwards, a few seconds on one CPU
+thread); top-{top_k} GCG candidates per swap (the tiny section: 64); fine-tuning {epochs} epoch(s), AdamW lr {lr:g},
+batch 16, answers truncated at 128 tokens. Not run: the exact-match rows, and what the tiny section leaves out
+(perturbation, embedding, edit distance).{ideal}
+
+{table(HEADER, rows, "lllrrlrrlrrrr")}
+
+{summary("fictitious", "ngram", result)}
+"""
+
+
+SECTIONS = {"audit-poisoning-tiny": poisoning_tiny, "audit-poisoning-smollm2": poisoning_smollm2}
 FAMILIES = (sys.modules[__name__],)
 REPORT = family_report(
     "Membership-inference benchmarks",
