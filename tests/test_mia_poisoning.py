@@ -227,3 +227,29 @@ def test_poisoning_flips_the_decision_both_ways(tiny: tuple, records: list) -> N
         verdicts[name] = decisions(membership_scores(trained, tokenizer, population)["loss"], [member, target])
     assert verdicts["clean"] == [True, False]
     assert verdicts["poisoned"] == [False, True]
+
+
+def test_the_attack_runs_on_a_lora_model(tiny: tuple, records: list) -> None:
+    """The benchmark's SmolLM2 set-up on the tiny Llama: a PeftModel (adapters at zero) has the plain model's
+    activations, its token swaps get gradients through the frozen embeddings, and fine-tuning moves only the
+    adapters, so the base stays a valid reference."""
+    from trustlit.llm.loading import apply_lora
+
+    model, tokenizer = tiny
+    lora = apply_lora(copy.deepcopy(model), {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]})
+    target = records[2]
+    encoded = encode_qa(tokenizer, target["question"], target["answer"], "plain", max_length=10**6)
+    row = torch.tensor(encoded["input_ids"])[None]
+    span = slice(len(encoded["prompt_ids"]), row.shape[1] - 1)
+    with torch.no_grad():
+        plain = answer_activations(model, model.get_input_embeddings()(row), span)
+        wrapped = answer_activations(lora, lora.get_input_embeddings()(row), span)
+    torch.testing.assert_close(wrapped, plain)
+    poison = poison_non_neighbour(lora, tokenizer, target["question"], target["answer"], SEVEN, top_k=8, seed=1)
+    assert not SEVEN.contains(target["answer"], poison.answer)
+    frozen = {n: p.detach().clone() for n, p in lora.named_parameters() if not p.requires_grad}
+    tuned = copy.deepcopy(lora)
+    fine_tune(tuned, tokenizer, records[:8], lr=1e-2, batch_size=4)
+    after = dict(tuned.named_parameters())
+    assert all(torch.equal(after[n], p) for n, p in frozen.items())
+    assert any(not torch.equal(after[n], p) for n, p in lora.named_parameters() if p.requires_grad)
