@@ -17,6 +17,7 @@ from trustlit.audit.bounds import cp_lower, cp_upper
 from trustlit.data.contact_networks import ContactNetworkDataModule, contact_network, graph_from_batch, load_edge_list
 from trustlit.privacy.vaccination import (
     MAX_DEGREE_UNITS,
+    WalkCounts,
     above_threshold_alpha,
     contact_graph,
     degree_threshold,
@@ -38,6 +39,10 @@ from trustlit.privacy.vaccination import (
     spectral_cover,
     spectral_radius_after,
     spectral_units,
+    walk4_threshold,
+    walk4_through,
+    walk4_total,
+    walk4_units,
 )
 
 KARATE = nx.karate_club_graph()
@@ -280,6 +285,103 @@ def test_sir_vaccinating_hubs_shrinks_the_outbreak():
     assert after < before / 2
 
 
+# --- Algorithm 3: private hitting walks ------------------------------------------------------------------------
+
+
+def brute_walks(G: nx.Graph) -> tuple[int, np.ndarray]:
+    """Every walk with 4 edges enumerated: their number and how many of them visit each node."""
+    index = {v: i for i, v in enumerate(G.nodes)}
+    walks = [[v] for v in G.nodes]
+    for _ in range(4):
+        walks = [[*w, u] for w in walks for u in G[w[-1]]]
+    through = np.zeros(len(index), dtype=np.int64)
+    for w in walks:
+        through[[index[v] for v in set(w)]] += 1
+    return len(walks), through
+
+
+@pytest.mark.parametrize(
+    ("G", "total", "through"),
+    [
+        (nx.path_graph(2), 2, [2, 2]),  # a-b-a-b-a and b-a-b-a-b
+        (nx.path_graph(3), 12, [10, 12, 10]),  # s = (2, 2, 2); avoiding an end leaves one edge (2 walks)
+        (nx.star_graph(3), 36, [36, 24, 24, 24]),  # s = (3, 3, 3, 3); avoiding a leaf leaves a 3-star (12)
+        (nx.complete_graph(3), 48, [46, 46, 46]),  # 3 · 2^4 walks; avoiding a node leaves one edge (2)
+    ],
+)
+def test_walk_counts_by_hand(G, total, through):
+    adjacency = contact_graph(G).adjacency
+    assert walk4_total(adjacency) == total
+    assert walk4_through(adjacency).tolist() == through
+
+
+@pytest.mark.parametrize("G", [KARATE, nx.gnp_random_graph(14, 0.4, seed=1), nx.florentine_families_graph()])
+def test_walk_counts_and_their_updates_match_brute_force(G):
+    """A(v) and W_4 in closed form against enumeration, on the whole graph and after each of 6 removals of random
+    nodes (the incremental t and q updates of the hitting-walks state)."""
+    G = nx.Graph(G)  # drop weights
+    total, through = brute_walks(G)
+    adjacency = contact_graph(G).adjacency
+    assert walk4_total(adjacency) == total
+    assert np.array_equal(walk4_through(adjacency), through)
+    state, nodes, H = WalkCounts(adjacency), list(G.nodes), G.copy()
+    for x in np.random.default_rng(0).permutation(len(nodes))[:6].tolist():
+        state.remove(x)
+        H.remove_edges_from(list(H.edges(nodes[x])))
+        total, through = brute_walks(H)
+        assert state.total() == total
+        assert np.array_equal(state.utilities(), through * state.alive)
+
+
+def test_four_walks_bound_the_spectral_radius():
+    """λ^4 <= tr(A^4) <= W_4, so reaching W_4 <= θ = ρ^4 gives λ <= ρ (and θ = 4 n T^4 with T = ρ / (4n)^(1/4))."""
+    for seed in range(5):
+        G = nx.gnp_random_graph(60, 0.1, seed=seed)
+        assert spectral_radius_after(G, []) ** 4 <= walk4_total(contact_graph(G).adjacency) + 1e-6
+    assert walk4_threshold(100, 3.0) == pytest.approx(81.0)
+
+
+def test_one_edge_moves_walk_counts_by_at_most_the_walk_units():
+    """Exhaustive on karate's non-edges: an added edge adds W_4(G + e) - W_4(G) walks and moves each A(v) by 0 to
+    that many (the partial-cover instance is that many elements away), always <= 8 Δ̄^3 for Δ̄ the new maximum
+    degree; the paper's Δ^2 is exceeded."""
+    base_total, base_through = (
+        walk4_total(contact_graph(KARATE).adjacency),
+        walk4_through(contact_graph(KARATE).adjacency),
+    )
+    added, exceeds_paper = [], False
+    for edge in non_edges(KARATE):
+        grown = with_edge(KARATE, edge)
+        adjacency, bound = contact_graph(grown).adjacency, max(d for _, d in grown.degree)
+        change = walk4_total(adjacency) - base_total
+        moved = walk4_through(adjacency) - base_through
+        assert 0 < change <= walk4_units(bound)
+        assert moved.min() >= 0 and moved.max() <= change
+        added.append(change)
+        exceeds_paper |= change > bound**2
+    assert exceeds_paper
+    assert max(added) > walk4_units(max(d for _, d in KARATE.degree)) / 100  # the bound is not vacuous
+
+
+def test_hitting_walks_meet_lemma_d1_with_its_probability():
+    """Lemma D.1 / AboveThreshold accuracy: the released prefix V' has W_4(G - V') <= θ + k α with probability
+    >= 1 - β, α = 8 (ln n + ln(2/β)) / (ε/2), k = 8 Δ̄^3 walks per edge, β = 1 / n; hence λ(G - V') <= (θ + k α)^(1/4).
+    A 4-regular graph (Δ̄ = 4) at ε = 8 so that θ + k α is well below W_4(G); over 60 seeds the violation rate must
+    not be significantly above β (one-sided Clopper–Pearson, 99 %), and the prefix must be neither empty nor all."""
+    G, rho, epsilon, runs = nx.random_regular_graph(4, 200, seed=0), 6.0, 8.0, 60
+    n, k = 200, walk4_units(4)
+    limit = walk4_threshold(n, rho) + k * above_threshold_alpha(n, epsilon / 2, 1 / n)
+    assert limit < walk4_total(contact_graph(G).adjacency) / 2
+    removed = [
+        private_spectral_radius(G, rho, epsilon, 1e-6, method="walks", seed=s, degree_bound=4) for s in range(runs)
+    ]
+    after = [walk4_total(contact_graph(G.subgraph(set(G) - r).copy()).adjacency) for r in removed]
+    violations = sum(w > limit for w in after)
+    assert cp_lower(violations, runs, 0.01) <= 1 / n
+    assert all(spectral_radius_after(G, r) <= limit**0.25 for r, w in zip(removed, after, strict=True) if w <= limit)
+    assert min(len(r) for r in removed) > 0 and max(len(r) for r in removed) < n
+
+
 # --- bad input ------------------------------------------------------------------------------------------------
 
 
@@ -295,6 +397,12 @@ def test_sir_vaccinating_hubs_shrinks_the_outbreak():
         (lambda: private_max_degree(KARATE, 2, 1.0, 0.0), r"delta must lie in the open interval \(0, 1\), got 0.0"),
         (lambda: private_spectral_radius(KARATE, 2.0, 1.0, 1.0), r"delta must lie in the open interval \(0, 1\)"),
         (lambda: greedy_spectral_radius(KARATE, -1.0), "rho=-1.0 is invalid"),
+        (lambda: private_spectral_radius(KARATE, 2.0, 1.0, 1e-6, method="paths"), "method='paths' is invalid"),
+        (
+            lambda: private_spectral_radius(KARATE, 2.0, 1.0, 1e-6, method="walks", explicit=False),
+            "explicit=False is invalid with method='walks'",
+        ),
+        (lambda: private_spectral_radius(KARATE, -2.0, 1.0, 1e-6, method="walks"), "rho=-2.0 is invalid"),
         (lambda: private_spectral_radius(KARATE, 2.0, 1.0, 1e-6, degree_bound=3), "degree_bound=3 is invalid"),
         (lambda: private_max_degree(KARATE, 2, 1.0, 1e-6, neighbours="node"), "neighbours='node' is invalid"),
         (

@@ -39,6 +39,14 @@ implicit solution always has λ <= ρ. The paper counts 4 Δ units per edge (r_a
 default n - 1; ours). The explicit spectral variant is ours (the paper gives Algorithm 2 for the max degree only):
 AboveThreshold at ε / 2 on λ(G - π[:i]) (sensitivity 1 per edge) over a geometric grid of prefix lengths.
 
+**Private hitting walks** (``private_spectral_radius(..., method="walks")``, Algorithm 3, §5.1, App. D.1): the
+exponential mechanism at ε' = ε / (2 ln(e / δ)) on A(v) = |{w ∈ W_4(G[V]) : v ∈ w}| (walks with 4 edges through v
+in the graph left), v appended to π and removed, then AboveThreshold: θ = 4 n T^4, θ̂ = θ + Lap(2 / ε_1),
+γ_i = W_4(G - π(1..i)) + Lap(4 / ε_1), output π(1..k) for the first γ_k <= θ̂. ρ^4 <= W_4 = 1ᵀA^4 1, so W_4 <= θ
+bounds λ. Ours: T = ρ / (4n)^(1/4) (θ = ρ^4, the target; the paper's T = Δ^(1/2) is private and has no target);
+one edge changes up to 8 Δ̄^3 walks (:func:`walk4_units`; the paper counts Δ^2), used as k in group privacy for the
+exponential part at ε / 2 and as the queries' sensitivity for AboveThreshold at ε_1 = ε / 2 (total (ε, δ)).
+
 Notes: docs/methods/private_vaccination.md
 """
 
@@ -367,6 +375,104 @@ def geometric_lengths(n: int) -> list[int]:
     return lengths
 
 
+# --- Algorithm 3: private hitting walks ---------------------------------------------------------------------------
+
+
+def walk4_total(adjacency: sp.csr_matrix) -> int:
+    """W_4 = 1ᵀ A^4 1 = sum_v s_v^2, the number of walks with 4 edges (s = A^2 1, :func:`walk2_counts`)."""
+    s = walk2_counts(adjacency)
+    return int(s @ s)
+
+
+def walk4_units(degree_bound: int) -> int:
+    """Walks of length 4 that one edge (a, b) adds or removes, for degrees <= Δ̄ (in the graph that holds it): a walk
+    using the edge at step j in one direction has <= Δ̄^(j-1) ways to reach it and Δ̄^(4-j) to go on, so at most
+    4 · 2 · Δ̄^3 (ours; the paper's Lemma D.1 counts Δ^2)."""
+    return max(8 * degree_bound**3, 1)
+
+
+def walk4_threshold(n: int, rho: float) -> float:
+    """θ = 4 n T^4 (Algorithm 3 line 6) with T = ρ / (4n)^(1/4), so θ = ρ^4 and W_4 <= θ gives λ <= ρ (ours: the
+    paper sets T = Δ^(1/2), without a target)."""
+    T = rho / (4 * n) ** 0.25
+    return 4 * n * T**4
+
+
+class WalkCounts:
+    """The graph with some nodes removed and, for each remaining v, A(v) = the walks of length 4 through v.
+
+    A(v) = W_4(G) - W_4(G - v) = s_v^2 + 2 (d_v (A s)_v + (A^2 s)_v - s_v d_v) - (d_v^3 + 2 d_v t_v + q_v - d_v^2)
+    with t_v = (A^3)_vv and q_v = (A^4)_vv: the walks of length 2 from u ≠ v that avoid v are
+    s_u - A_uv d_v - (A^2)_uv. Mat-vecs with the removed nodes masked out; t and q are updated on each removal
+    from (A^2)_{·x} and (A^3)_{·x}, so a step costs O(|E|)."""
+
+    def __init__(self, adjacency: sp.csr_matrix) -> None:
+        self.a = sp.csr_matrix(adjacency, dtype=np.int64)
+        self.alive = np.ones(self.a.shape[0], dtype=np.int64)
+        a2 = self.a @ self.a
+        self.t = np.asarray(self.a.multiply(a2).sum(axis=1)).ravel().astype(np.int64)
+        self.q = np.asarray(a2.multiply(a2).sum(axis=1)).ravel().astype(np.int64)
+
+    def _times(self, y: np.ndarray) -> np.ndarray:
+        """A' y for the adjacency A' of the remaining graph."""
+        return self.alive * (self.a @ (self.alive * y))
+
+    def degrees_and_walk2(self) -> tuple[np.ndarray, np.ndarray]:
+        d = self._times(np.ones_like(self.alive))
+        return d, self._times(d)
+
+    def total(self) -> int:
+        """W_4 of the remaining graph."""
+        _, s = self.degrees_and_walk2()
+        return int(s @ s)
+
+    def utilities(self) -> np.ndarray:
+        """A(v) for every node (0 for the removed ones)."""
+        d, s = self.degrees_and_walk2()
+        a_s = self._times(s)
+        through = s * s + 2 * (d * a_s + self._times(a_s) - s * d) - (d**3 + 2 * d * self.t + self.q - d * d)
+        return self.alive * through
+
+    def remove(self, x: int) -> None:
+        e = np.zeros_like(self.alive)
+        e[x] = 1
+        neighbours = self._times(e)
+        a2_x = self._times(neighbours)
+        a3_x = self._times(a2_x)
+        self.q -= a2_x * a2_x + neighbours * (2 * a3_x - int(neighbours.sum()))
+        self.t -= 2 * neighbours * a2_x
+        self.alive[x] = 0
+        self.t[x] = self.q[x] = 0
+
+
+def walk4_through(adjacency: sp.csr_matrix) -> np.ndarray:
+    """A(v) = |{w ∈ W_4(G) : v ∈ w}|, the walks of length 4 that visit each node (Algorithm 3's utility)."""
+    return WalkCounts(adjacency).utilities()
+
+
+def _hitting_walks(
+    graph: ContactGraph, rho: float, epsilon: float, delta: float, units: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Algorithm 3 at edge-level (ε, δ): the exponential mechanism on A(v) at (ε / 2, δ) for ``units`` walks per
+    edge (Algorithm 5's ε' after group privacy), interleaved with AboveThreshold at ε / 2 on W_4(G - π(1..i)) / units
+    against θ / units (sensitivity 1). π is drawn only as far as the cut reads it: the same distribution as drawing
+    it whole first (the cut at i depends on π(1..i) and fresh noise only)."""
+    state = WalkCounts(graph.adjacency)
+    scale = per_step_epsilon(*group_privacy(epsilon / 2, delta, units))
+    order: list[int] = []
+
+    def walks_after(i: int) -> float:
+        while len(order) < i:
+            v = exponential_step(state.utilities(), scale, rng, state.alive.astype(bool))
+            state.remove(v)
+            order.append(v)
+        return state.total() / units
+
+    threshold = walk4_threshold(graph.n, rho) / units
+    k = first_below(walks_after, range(1, graph.n + 1), threshold, epsilon / 2, rng)
+    return np.array(order[:k], dtype=np.int64)
+
+
 # --- public API ---------------------------------------------------------------------------------------------------
 
 
@@ -431,12 +537,19 @@ def private_spectral_radius(
     delta: float,
     *,
     seed: int = 0,
-    explicit: bool = False,
+    explicit: bool | None = None,
     degree_bound: int | None = None,
+    method: Literal["degree_sums", "walks"] = "degree_sums",
 ) -> set[Hashable]:
-    """PrivateSpectralRadius (Algorithm 4) at edge-level (ε, δ)-DP for graphs of maximum degree <= ``degree_bound``
-    (public, default n - 1; k = :func:`spectral_units` per edge): implicit (λ <= ρ always) or explicit (ours:
-    Algorithm 4 at ε / 2, then AboveThreshold at ε / 2 on λ over :func:`geometric_lengths`)."""
+    """PrivateSpectralRadius at edge-level (ε, δ)-DP for graphs of maximum degree <= ``degree_bound`` (public,
+    default n - 1).
+
+    ``method="degree_sums"`` (Algorithm 4; k = :func:`spectral_units` per edge): implicit (the default; λ <= ρ
+    always) or ``explicit=True`` (ours: Algorithm 4 at ε / 2, then AboveThreshold at ε / 2 on λ over
+    :func:`geometric_lengths`). ``method="walks"`` (Algorithm 3, private hitting walks; k = :func:`walk4_units`
+    walks per edge): the exponential mechanism on A(v), the walks of length 4 through v, at ε / 2, and the prefix
+    cut by AboveThreshold at ε / 2 on W_4 against θ = ρ^4 (:func:`walk4_threshold`); explicit only, so
+    W_4 <= θ + k α w.p. >= 1 - β (α = :func:`above_threshold_alpha` at ε / 2) and λ <= W_4^(1/4)."""
     graph, rho = contact_graph(G), _check_rho(rho)
     _check_positive("epsilon", epsilon)
     _check_delta(delta)
@@ -446,8 +559,14 @@ def private_spectral_radius(
             f"degree_bound={degree_bound!r} is invalid, expected an integer >= the graph's maximum degree "
             f"(a public bound; None for n - 1)"
         )
-    units = spectral_units(max(bound, 1))
+    if method not in ("degree_sums", "walks"):
+        raise ValueError(f"method={method!r} is invalid, expected 'degree_sums' (Algorithm 4) or 'walks' (Algorithm 3)")
     rng = np.random.default_rng(seed)
+    if method == "walks":
+        if explicit is False:
+            raise ValueError("explicit=False is invalid with method='walks': Algorithm 3 releases an explicit prefix")
+        return graph.labels(_hitting_walks(graph, rho, epsilon, delta, walk4_units(max(bound, 1)), rng))
+    units = spectral_units(max(bound, 1))
     cover = spectral_cover(graph, rho)
     if not explicit:
         return graph.labels(private_mul_set(cover, *group_privacy(epsilon, delta, units), rng).implicit_solution())
