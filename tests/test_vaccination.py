@@ -475,6 +475,7 @@ def test_private_vaccination_runs_under_a_trainer(tmp_path):
         sir_runs=10,
         degree_target=4,
         spectral_target=3.0,
+        strategies=["greedy", "private_implicit", "private_explicit", "private_walks"],
     )
     trainer = quiet_trainer(default_root_dir=tmp_path)
     trainer.test(module, datamodule=ContactNetworkDataModule("karate"))
@@ -483,6 +484,7 @@ def test_private_vaccination_runs_under_a_trainer(tmp_path):
     rows = results["rows"]
     strategies = {(r["objective"], r["strategy"]) for r in rows}
     assert ("max_degree", "greedy") in strategies and ("spectral_radius", "private_explicit") in strategies
+    assert ("spectral_radius", "private_walks") in strategies and ("max_degree", "private_walks") not in strategies
     for row in rows:
         if row["strategy"] in ("greedy", "private_implicit") and row["objective"] == "max_degree":
             assert row["max_reached"] <= 4
