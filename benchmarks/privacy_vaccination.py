@@ -94,21 +94,27 @@ def setting_for(G: Any, quick: bool, sir_runs: int) -> VaccinationSetting:
     )
 
 
-def stage(name: str, nodes: int, objective: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One (graph, objective): every strategy's rows, from the cache when this configuration already ran."""
+def stage(
+    name: str, nodes: int, objective: str, args: argparse.Namespace, strategies: tuple[str, ...] = STRATEGIES
+) -> dict[str, Any]:
+    """One (graph, objective): the rows of ``strategies``, from the cache when this configuration already ran
+    (the default strategies in ``<graph>_<objective>.json``, others in a file and key of their own)."""
     quick = bool(getattr(args, "quick", False))
     G = contact_network(name, nodes=nodes or 1000, seed=0)
     seeds = args.vaccination_large_seeds if G.number_of_nodes() >= 10000 else args.vaccination_seeds
     seeds = 2 if quick else seeds
     setting = setting_for(G, quick, args.vaccination_sir_runs)
     key = {"graph": graph_label(name, nodes), "objective": objective, "seeds": seeds, "setting": vars(setting)}
-    path = repo_path(CACHE) / f"{graph_label(name, nodes)}_{objective}{'_quick' if quick else ''}.json"
+    suffix = "" if strategies == STRATEGIES else "_" + "_".join(strategies)
+    if suffix:
+        key["strategies"] = list(strategies)
+    path = repo_path(CACHE) / f"{graph_label(name, nodes)}_{objective}{suffix}{'_quick' if quick else ''}.json"
     if path.is_file():
         cached = json.loads(path.read_text(encoding="utf-8"))
         if cached["key"] == key:
             return cached
     began = time.perf_counter()
-    rows = strategy_rows(G, [objective], STRATEGIES, EPSILONS, list(range(seeds)), setting)
+    rows = strategy_rows(G, [objective], strategies, EPSILONS, list(range(seeds)), setting)
     result = {
         "key": key,
         "nodes": G.number_of_nodes(),
@@ -117,7 +123,7 @@ def stage(name: str, nodes: int, objective: str, args: argparse.Namespace) -> di
         "seconds": time.perf_counter() - began,
     }
     write_json_atomic(path, result)
-    print(f"vaccination: {key['graph']} {objective} in {result['seconds']:.0f} s", flush=True)
+    print(f"vaccination: {key['graph']} {objective}{suffix} in {result['seconds']:.0f} s", flush=True)
     return result
 
 
@@ -197,13 +203,16 @@ def objective_table(stages: list[dict[str, Any]], objective: str) -> str:
         by = {(r["strategy"], r["epsilon"]): r for r in result["rows"]}
         none, greedy = by[("none", None)], by[("greedy", None)]
         rows.append([label, "none / greedy", f"{cell(none, digits)} ; greedy {cell(greedy, digits)}", *[""] * 4])
-        for strategy in ("private_implicit", "private_explicit"):
-            rows.append(["", strategy.replace("private_", ""), *(cell(by[(strategy, e)], digits) for e in EPSILONS)])
+        for strategy in ("private_implicit", "private_explicit", "private_walks"):
+            if (strategy, EPSILONS[0]) in by:
+                label = "walks (Alg. 3)" if strategy == "private_walks" else strategy.replace("private_", "")
+                rows.append(["", label, *(cell(by[(strategy, e)], digits) for e in EPSILONS)])
     return table(header, rows)
 
 
 def timing_table(stages: list[dict[str, Any]]) -> str:
-    header = ["graph", "objective", "greedy s", "implicit s (ε = 1)", "explicit s (ε = 1)", "stage s"]
+    header = ["graph", "objective", "greedy s", "implicit s (ε = 1)", "explicit s (ε = 1)", "walks s (ε = 1)"]
+    header.append("stage s")
     rows = []
     for result in stages:
         if result["nodes"] < 10000:
@@ -216,15 +225,26 @@ def timing_table(stages: list[dict[str, Any]]) -> str:
                 f"{by[('greedy', None)]['seconds']:.2f}",
                 mean_std(by[("private_implicit", 1.0)]["per_seed"]["seconds"], 2),
                 mean_std(by[("private_explicit", 1.0)]["per_seed"]["seconds"], 2),
+                mean_std(by[("private_walks", 1.0)]["per_seed"]["seconds"], 2) if ("private_walks", 1.0) in by else "",
                 f"{result['seconds']:.0f}",
             ]
         )
-    return table(header, rows, "llrrrr")
+    return table(header, rows, "llrrrrr")
+
+
+def with_walks(result: dict[str, Any], walks: dict[str, Any]) -> dict[str, Any]:
+    """A spectral-radius stage with the Algorithm 3 rows of its own stage added."""
+    extra = [r for r in walks["rows"] if r["strategy"] == "private_walks"]
+    return {**result, "rows": result["rows"] + extra, "seconds": result["seconds"] + walks["seconds"]}
 
 
 def vaccination_section(args: argparse.Namespace) -> str:
     graphs = [(name, nodes) for name, nodes in GRAPHS if nodes <= args.vaccination_max_nodes]
     stages = {o: [stage(name, nodes, o, args) for name, nodes in graphs] for o in OBJECTIVES}
+    stages["spectral_radius"] = [
+        with_walks(result, stage(name, nodes, "spectral_radius", args, ("private_walks",)))
+        for result, (name, nodes) in zip(stages["spectral_radius"], graphs, strict=True)
+    ]
     timing = (
         timing_table(stages["max_degree"] + stages["spectral_radius"])
         if args.vaccination_max_nodes >= 10000
