@@ -263,7 +263,10 @@ permutation cut by AboveThreshold (Algorithm 2 for the max degree: half of ε to
 largest remaining utility, threshold T = 6 ln n / ε'; ours on λ for the spectral radius), so it meets the target
 only up to an additive T + α. Edge-level privacy runs Algorithm 5 at (ε / k, δ / (k e^((k-1) ε / k))) with k = 4
 units per edge for the max degree and k = 8 Δ̄ - 4 for the spectral radius (Δ̄ the graph's maximum degree, taken as
-public), which leaves the spectral variant close to a uniformly random order on every graph here.
+public), which leaves the spectral variant close to a uniformly random order on every graph here. The spectral
+table's `walks` row is Algorithm 3 (private hitting walks): nodes drawn by their length-4 walk counts A(v) at ε / 2
+(k = 8 Δ̄^3 walks per edge, our count), the order cut by AboveThreshold at ε / 2 once the graph's length-4 walk
+count W_4 falls below ρ^4 (our target; λ^4 <= W_4).
 
 ### The paper's Table 2 (BTER, D = 20, ε = 4, δ = 1e-3; mean ± std over 3 graphs × {args.vaccination_seeds} seeds)
 

@@ -159,6 +159,8 @@ def test_first_below_is_the_first_query_under_the_threshold_when_noise_vanishes(
 def test_group_privacy_and_thresholds_in_closed_form():
     assert group_privacy(2.0, 1e-3, 4) == pytest.approx((0.5, 1e-3 / (4 * math.exp(1.5))))
     assert group_privacy(2.0, 1e-3, 1) == (2.0, 1e-3)
+    with pytest.raises(ValueError, match=r"epsilon=5000.0 is too large for group privacy over 4 units"):
+        group_privacy(5000.0, 1e-3, 4)  # e^(3/4 * 5000) overflows a float
     assert per_step_epsilon(4.0, 1e-3) == pytest.approx(4 / (2 * math.log(math.e * 1e3)))
     assert degree_threshold(1000, 0.25) == pytest.approx(24 * math.log(1000))
     assert above_threshold_alpha(1000, 2.0, 1e-3) == pytest.approx((16 * math.log(1000) + 8 * math.log(2)) / 2)

@@ -53,6 +53,7 @@ Notes: docs/methods/private_vaccination.md
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -64,6 +65,7 @@ from scipy.sparse.linalg import eigsh
 from trustlit.privacy.mechanisms import _check_delta, _check_positive
 
 MAX_DEGREE_UNITS = 4  # units of the max-degree instance one edge changes (Algorithm 1; the released code uses 6)
+MAX_EXP = math.log(sys.float_info.max)  # e^x overflows a float beyond this (group privacy's delta)
 SPECTRAL_GRID_RATIO = 1.1  # explicit spectral cut: prefix lengths grow by this factor (plus every length < 10)
 
 
@@ -197,7 +199,13 @@ def group_privacy(epsilon: float, delta: float, units: int) -> tuple[float, floa
     """(ε / k, δ / (k e^((k - 1) ε / k))): run at this, a unit-level (ε, δ)-DP mechanism is (ε, δ)-DP for inputs
     k units apart (group privacy; Algorithm 1 line 7 with k = 4, Algorithm 4 lines 4-5 with k = 4 Δ)."""
     step = epsilon / units
-    return step, delta / (units * math.exp((units - 1) * step))
+    exponent = (units - 1) * step
+    if exponent > MAX_EXP:
+        limit = MAX_EXP * units / (units - 1)
+        raise ValueError(
+            f"epsilon={epsilon!r} is too large for group privacy over {units} units, expected <= {limit:.4g}"
+        )
+    return step, delta / (units * math.exp(exponent))
 
 
 def exponential_step_probabilities(
