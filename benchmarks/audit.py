@@ -33,6 +33,7 @@ import torch
 
 import trustlit
 from benchmarks.common import family_report, run_families, table
+from trustlit.audit.mia import roc_auc
 from trustlit.audit.mia_poisoning import (
     NON_NEIGHBOUR_BUDGET,
     RUNS,
@@ -81,12 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tofu", action="store_true", help="also TOFU canaries on TOFU background")
     group.add_argument("--tofu-canaries", type=int, default=20, help="TOFU: member and held-out canaries each")
     group.add_argument("--smollm2-canaries", type=int, default=20, help="SmolLM2: member and held-out canaries each")
-    group.add_argument("--smollm2-background", type=int, default=160, help="SmolLM2: background records")
+    group.add_argument("--smollm2-background", type=int, default=80, help="SmolLM2: background records")
     group.add_argument("--smollm2-budget", type=int, default=4, help="SmolLM2: b2, poisons per non-member")
     group.add_argument("--smollm2-top-k", type=int, default=4, help="SmolLM2: candidate tokens per swap (GCG top-k)")
-    group.add_argument("--smollm2-lr", type=float, default=1e-3, help="SmolLM2: LoRA learning rate")
-    group.add_argument("--smollm2-epochs", type=int, default=1, help="SmolLM2: fine-tuning epochs")
+    group.add_argument("--smollm2-lr", type=float, default=5e-3, help="SmolLM2: LoRA learning rate")
+    group.add_argument("--smollm2-epochs", type=int, default=3, help="SmolLM2: fine-tuning epochs")
     group.add_argument("--smollm2-no-ideal", action="store_true", help="SmolLM2: skip the ideal run (no delta)")
+    group.add_argument("--smollm2-clean-only", action="store_true", help="SmolLM2: the clean fine-tune's AUCs only")
 
 
 def qa(records: list[dict]) -> list[dict[str, str]]:
@@ -158,6 +160,12 @@ def experiment(name: str, base: Any, tokenizer: Any, data: tuple, kind: str, arg
 
     clean = [*qa(background), *qa(members)]  # build_poisoned_data's clean set
     results = {"clean": cached(workdir / f"{name}_clean.json", lambda: scores(clean))}
+    texts = [r["answer"] for r in population]
+    is_member = torch.from_numpy(neighbourhood.members(texts, [r["answer"] for r in clean]))
+    auc = {t: roc_auc(torch.tensor(v), is_member) for t, v in results["clean"].items()}
+    write_json_atomic(workdir / f"{name}_{kind}_clean_auc.json", {"training": args.training, "auc": auc})
+    if "poisoned" not in args.runs:  # the clean check alone: is there a membership signal to discredit?
+        return {"clean_auc": auc}
     raw = cached(workdir / f"{name}_{kind}_data.json", make_data)
     poisoned = PoisonedData(**{**raw, "poisons": [Poison(**p) for p in raw["poisons"]]})
     runs = {"clean": poisoned.clean, "poisoned": poisoned.poisoned, "ideal": poisoned.ideal}
@@ -165,7 +173,6 @@ def experiment(name: str, base: Any, tokenizer: Any, data: tuple, kind: str, arg
     for run in runs:
         if run != "clean":
             results[run] = cached(workdir / f"{name}_{kind}_{run}.json", lambda r=runs[run]: scores(r))
-    texts = [r["answer"] for r in population]
     labels = {run: torch.from_numpy(neighbourhood.members(texts, [r["answer"] for r in runs[run]])) for run in runs}
     tensors = {run: {t: torch.tensor(v) for t, v in results[run].items()} for run in runs}
     return {"data": poisoned, "labels": labels, "metrics": evaluate_runs(tensors, labels, poisoned)}
@@ -266,16 +273,22 @@ def poisoning_smollm2(args: argparse.Namespace) -> str:
 
     count, size = (4, 40) if args.quick else (args.smollm2_canaries, args.smollm2_background)
     budget, top_k, lr, epochs = args.smollm2_budget, args.smollm2_top_k, args.smollm2_lr, args.smollm2_epochs
-    scale = f"c{count}_b{size}_b2{budget}_k{top_k}_lr{lr:g}_e{epochs}"
+    scale = f"c={count},b={size},b2={budget},k={top_k},lr={lr:g},e={epochs}"
     args.run_dir = args.workdir / ("smollm2_quick" if args.quick else "smollm2") / scale
     args.training = {"lr": lr, "epochs": epochs, "batch_size": 16, "max_length": 128}
     args.attack, args.budget = {"top_k": top_k, "max_steps": 200}, budget
-    args.runs = RUNS[:2] if args.smollm2_no_ideal else RUNS
+    args.runs = RUNS[:1] if args.smollm2_clean_only else RUNS[:2] if args.smollm2_no_ideal else RUNS
     base, tokenizer = load_causal_lm("smollm2-135m-instruct", lora=SMOLLM2_LORA)
     base.eval()
     data = datasets(argparse.Namespace(tofu=False), count, size)["fictitious"]
     result = experiment("fictitious", base, tokenizer, data, "ngram", args)
-    rows = rows_of("fictitious", "ngram", result)
+    checks = sorted(args.run_dir.parent.glob("*/fictitious_ngram_clean_auc.json"))
+    check_rows = [clean_check_row(path) for path in checks]
+    if "clean_auc" in result:
+        poisoned = "Poisoned run: not run (the clean fine-tunes above show no membership signal to discredit)."
+    else:
+        rows = rows_of("fictitious", "ngram", result)
+        poisoned = f"{table(HEADER, rows, 'lllrrlrrlrrrr')}\n\n{summary('fictitious', 'ngram', result)}"
     ideal = "" if "ideal" in args.runs else " Not run either: the ideal fine-tune, so no delta."
     return f"""## audit-poisoning-smollm2: PoisonM on SmolLM2-135M-Instruct with LoRA, reduced for 2 CPU cores
 
@@ -289,10 +302,25 @@ thread); top-{top_k} GCG candidates per swap (the tiny section: 64); fine-tuning
 batch 16, answers truncated at 128 tokens. Not run: the exact-match rows, and what the tiny section leaves out
 (perturbation, embedding, edit distance).{ideal}
 
-{table(HEADER, rows, "lllrrlrrlrrrr")}
+Clean check (the paper's premise: the natural tests beat chance on the clean fine-tune; paper, 7-gram AI4Privacy
+on Pythia-6.9B: LOSS 0.587, reference 0.647), AUC of each cached clean fine-tune (labels: 7-gram membership):
 
-{summary("fictitious", "ngram", result)}
+{table(CHECK_HEADER, check_rows, "rrrr" + "r" * len(TESTS))}
+
+{poisoned}
 """
+
+
+CHECK_HEADER = ["background", "epochs", "lr", "canaries", *TESTS]
+
+
+def clean_check_row(path: Path) -> list[str]:
+    """One cached clean fine-tune's scale (from its directory name) and AUC per test."""
+    check = json.loads(path.read_text("utf-8"))
+    scale = dict(part.split("=") for part in path.parent.name.split(","))
+    training = check["training"]
+    return [scale["b"], str(training["epochs"]), f"{training['lr']:g}", f"{scale['c']} + {scale['c']}",
+            *(f"{check['auc'][t]:.3f}" for t in TESTS)]  # fmt: skip
 
 
 SECTIONS = {"audit-poisoning-tiny": poisoning_tiny, "audit-poisoning-smollm2": poisoning_smollm2}
