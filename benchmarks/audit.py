@@ -83,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tofu-canaries", type=int, default=20, help="TOFU: member and held-out canaries each")
     group.add_argument("--smollm2-canaries", type=int, default=20, help="SmolLM2: member and held-out canaries each")
     group.add_argument("--smollm2-background", type=int, default=80, help="SmolLM2: background records")
-    group.add_argument("--smollm2-budget", type=int, default=4, help="SmolLM2: b2, poisons per non-member")
+    group.add_argument("--smollm2-budget", type=int, default=2, help="SmolLM2: b2, poisons per non-member")
     group.add_argument("--smollm2-top-k", type=int, default=4, help="SmolLM2: candidate tokens per swap (GCG top-k)")
     group.add_argument("--smollm2-lr", type=float, default=5e-3, help="SmolLM2: LoRA learning rate")
     group.add_argument("--smollm2-epochs", type=int, default=3, help="SmolLM2: fine-tuning epochs")
@@ -296,10 +296,11 @@ The issue's real-model check. SmolLM2-135M-Instruct (the shipped GGUF, dequantiz
 {SMOLLM2_LORA}; the LoRA-wrapped base (adapters at zero) is the attacker's activation model f, the model
 fine-tuned, and the reference test's reference. The 7-gram rows of the tiny section at a smaller scale: {size}
 TOFU background records, {count} fictitious member canaries and {count} held out; 1 poisoned neighbour per member
-(b1 = 1) and b2 = {budget} poisoned non-neighbours per non-member (the paper's b2 = 10 would take ~2.5x the attack
-time: each GCG swap costs a forward and backward pass plus {top_k} candidate forwards, a few seconds on one CPU
-thread); top-{top_k} GCG candidates per swap (the tiny section: 64); fine-tuning {epochs} epoch(s), AdamW lr {lr:g},
-batch 16, answers truncated at 128 tokens. Not run: the exact-match rows, and what the tiny section leaves out
+(b1 = 1) and b2 = {budget} poisoned non-neighbours per non-member (the paper's b2 = 10 would take {10 / budget:g}x the
+attack time: each GCG swap costs a forward and backward pass plus {top_k} candidate forwards, a few seconds on one
+CPU thread); top-{top_k} GCG candidates per swap (the tiny section: 64); fine-tuning {epochs} epoch(s), AdamW lr
+{lr:g}, batch 16, answers truncated at 128 tokens: raised from the paper-like 1 epoch at lr 1e-3, where the clean
+fine-tune leaves every test at or below chance (the clean check). Not run: the exact-match rows, and what the tiny section leaves out
 (perturbation, embedding, edit distance).{ideal}
 
 Clean check (the paper's premise: the natural tests beat chance on the clean fine-tune; paper, 7-gram AI4Privacy
