@@ -300,8 +300,8 @@ TOFU background records, {count} fictitious member canaries and {count} held out
 attack time: each GCG swap costs a forward and backward pass plus {top_k} candidate forwards, a few seconds on one
 CPU thread); top-{top_k} GCG candidates per swap (the tiny section: 64); fine-tuning {epochs} epoch(s), AdamW lr
 {lr:g}, batch 16, answers truncated at 128 tokens: raised from the paper-like 1 epoch at lr 1e-3, where the clean
-fine-tune leaves every test at or below chance (the clean check). Not run: the exact-match rows, and what the tiny section leaves out
-(perturbation, embedding, edit distance).{ideal}
+fine-tune leaves every test near or below chance (the clean check). Not run: the exact-match rows, and what the
+tiny section leaves out (perturbation, embedding, edit distance).{ideal}
 
 Clean check (the paper's premise: the natural tests beat chance on the clean fine-tune; paper, 7-gram AI4Privacy
 on Pythia-6.9B: LOSS 0.587, reference 0.647), AUC of each cached clean fine-tune (labels: 7-gram membership):
