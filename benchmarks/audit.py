@@ -13,6 +13,9 @@
   test's AUC and TPR@1%FPR on the clean vs poisoned model, beside the paper's Table 2 / Table 6 numbers, and
   Theorem 5.1's trade-off: Adv(clean) + Adv(poisoned) against the measured mapping error delta (a third fine-tune
   on the ideal set, x_sample where the poison is).
+- ``audit-poisoning-smollm2``: the 7-gram fictitious rows on SmolLM2-135M-Instruct with LoRA (r 8 on q/v), reduced
+  (``--smollm2-*`` options) to fit 2 CPU cores; a clean check first (each cached clean fine-tune's AUCs:
+  ``--smollm2-clean-only`` stops there), then the poisoned run (``--smollm2-no-ideal``: without the ideal run).
 
 Every stage (base model, poisoned sets, each fine-tune's scores) is cached under ``--workdir``, so a run resumes.
 """
