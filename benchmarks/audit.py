@@ -219,7 +219,7 @@ def summary(name: str, kind: str, result: dict) -> str:
     data, labels, metrics = result["data"], result["labels"], result["metrics"]
     below = [t for t, m in metrics.items() if m["auc_poisoned"] < 0.5]
     holds = [t for t, m in metrics.items() if "delta" in m and m["advantage_sum"] <= m["delta"]]
-    held = len(holds) if "ideal" in labels else "not measured (no ideal run)"
+    held = f"{len(holds)} of {len(metrics)} tests" if "ideal" in labels else "not measured (no ideal run)"
     tests = list(metrics)
     rho = spearman([metrics[t]["auc_clean"] for t in tests], [metrics[t]["auc_poisoned"] for t in tests])
     return (
@@ -228,7 +228,7 @@ def summary(name: str, kind: str, result: dict) -> str:
         f"{len(data.false_negatives)} false-negative targets ({len(data.skipped)} members got no poisoned neighbour), "
         f"{len(data.false_positives)} false-positive targets, {len(data.poisons)} poisons. AUC below chance after "
         f"poisoning: {', '.join(below) or 'none'}. Adv(clean) + Adv(poisoned) <= delta (Theorem 5.1) for "
-        f"{held} of {len(tests)} tests; Spearman(natural AUC, poisoned AUC) over the tests = {rho:.2f} "
+        f"{held}; Spearman(natural AUC, poisoned AUC) over the tests = {rho:.2f} "
         "(the paper: the best natural tests are the least robust, i.e. negative)."
     )
 
@@ -295,16 +295,17 @@ def poisoning_smollm2(args: argparse.Namespace) -> str:
     ideal = "" if "ideal" in args.runs else " Not run either: the ideal fine-tune, so no delta."
     return f"""## audit-poisoning-smollm2: PoisonM on SmolLM2-135M-Instruct with LoRA, reduced for 2 CPU cores
 
-The issue's real-model check. SmolLM2-135M-Instruct (the shipped GGUF, dequantized to float32) with LoRA
-{SMOLLM2_LORA}; the LoRA-wrapped base (adapters at zero) is the attacker's activation model f, the model
-fine-tuned, and the reference test's reference. The 7-gram rows of the tiny section at a smaller scale: {size}
-TOFU background records, {count} fictitious member canaries and {count} held out; 1 poisoned neighbour per member
-(b1 = 1) and b2 = {budget} poisoned non-neighbours per non-member (the paper's b2 = 10 would take {10 / budget:g}x the
-attack time: each GCG swap costs a forward and backward pass plus {top_k} candidate forwards, a few seconds on one
-CPU thread); top-{top_k} GCG candidates per swap (the tiny section: 64); fine-tuning {epochs} epoch(s), AdamW lr
-{lr:g}, batch 16, answers truncated at 128 tokens: raised from the paper-like 1 epoch at lr 1e-3, where the clean
-fine-tune leaves every test near or below chance (the clean check). Not run: the exact-match rows, and what the
-tiny section leaves out (perturbation, embedding, edit distance).{ideal}
+The issue's real-model check. SmolLM2-135M-Instruct (the shipped GGUF, dequantized to float32) with LoRA (r 8,
+alpha 16, no dropout, on q_proj and v_proj); the LoRA-wrapped base (adapters at zero) is the attacker's
+activation model f, the model fine-tuned, and the reference test's reference. The 7-gram fictitious rows of the
+tiny section at a smaller scale: {size} TOFU background records, {count} fictitious member canaries and {count}
+held out; 1 poisoned neighbour per member (b1 = 1) and b2 = {budget} poisoned non-neighbours per non-member (the
+paper's b2 = 10 would take {10 / budget:g}x the attack time: each GCG swap costs a forward and backward pass plus
+{top_k} candidate forwards, a few seconds on one CPU thread); top-{top_k} GCG candidates per swap (the tiny
+section: 64); fine-tuning {epochs} epoch(s), AdamW lr {lr:g}, batch 16, answers truncated at 128 tokens: raised from
+the paper-like 1 epoch at lr 1e-3, where the clean fine-tune leaves every test near or below chance (the clean
+check). Not run: the exact-match rows, and what the tiny section leaves out (perturbation, embedding, edit
+distance).{ideal}
 
 Clean check (the paper's premise: the natural tests beat chance on the clean fine-tune; paper, 7-gram AI4Privacy
 on Pythia-6.9B: LOSS 0.587, reference 0.647), AUC of each cached clean fine-tune (labels: 7-gram membership):
