@@ -288,7 +288,7 @@ def poisoning_smollm2(args: argparse.Namespace) -> str:
     checks = sorted(args.run_dir.parent.glob("*/fictitious_ngram_clean_auc.json"))
     check_rows = [clean_check_row(path) for path in checks]
     if "clean_auc" in result:
-        poisoned = "Poisoned run: not run (the clean fine-tunes above show no membership signal to discredit)."
+        poisoned = "Poisoned run: not run (`--smollm2-clean-only`)."
     else:
         rows = rows_of("fictitious", "ngram", result)
         poisoned = f"{table(HEADER, rows, 'lllrrlrrlrrrr')}\n\n{summary('fictitious', 'ngram', result)}"
@@ -313,6 +313,12 @@ on Pythia-6.9B: LOSS 0.587, reference 0.647), AUC of each cached clean fine-tune
 {table(CHECK_HEADER, check_rows, "rrrr" + "r" * len(TESTS))}
 
 {poisoned}
+
+Reading: AUCs on {2 * count} canaries carry a standard error near 0.09, so one test's drop is weak evidence; the
+five tests share one fine-tune each, so their agreement is not five independent checks. A label changed by the
+poisoning is a held-out canary whose only 7-gram neighbour in the training set was a member canary: the poisoned
+neighbour that replaces the member keeps one 7-gram of the member, not necessarily the held-out one's (the targets'
+own labels never change).
 """
 
 
