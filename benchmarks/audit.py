@@ -13,9 +13,9 @@
   test's AUC and TPR@1%FPR on the clean vs poisoned model, beside the paper's Table 2 / Table 6 numbers, and
   Theorem 5.1's trade-off: Adv(clean) + Adv(poisoned) against the measured mapping error delta (a third fine-tune
   on the ideal set, x_sample where the poison is).
-- ``audit-poisoning-smollm2``: the 7-gram fictitious rows on SmolLM2-135M-Instruct with LoRA (r 8 on q/v), reduced
-  (``--smollm2-*`` options) to fit 2 CPU cores; a clean check first (each cached clean fine-tune's AUCs:
-  ``--smollm2-clean-only`` stops there), then the poisoned run (``--smollm2-no-ideal``: without the ideal run).
+- ``audit-poisoning-smollm2``: the 7-gram rows (TOFU ones with ``--tofu``) on SmolLM2-135M-Instruct with LoRA (r 8
+  on q/v), reduced (``--smollm2-*`` options) to fit 2 CPU cores; a clean check first (each cached clean fine-tune's
+  AUCs: ``--smollm2-clean-only`` stops there), then the poisoned run (``--smollm2-no-ideal``: without the ideal run).
 
 Every stage (base model, poisoned sets, each fine-tune's scores) is cached under ``--workdir``, so a run resumes.
 """
@@ -90,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--smollm2-top-k", type=int, default=4, help="SmolLM2: candidate tokens per swap (GCG top-k)")
     group.add_argument("--smollm2-lr", type=float, default=5e-3, help="SmolLM2: LoRA learning rate")
     group.add_argument("--smollm2-epochs", type=int, default=3, help="SmolLM2: fine-tuning epochs")
-    group.add_argument("--smollm2-no-ideal", action="store_true", help="SmolLM2: skip the ideal run (no delta)")
+    group.add_argument("--smollm2-no-ideal", action="store_true", help="SmolLM2: no ideal run unless cached")
     group.add_argument("--smollm2-clean-only", action="store_true", help="SmolLM2: the clean fine-tune's AUCs only")
 
 
@@ -280,37 +280,42 @@ def poisoning_smollm2(args: argparse.Namespace) -> str:
     args.run_dir = args.workdir / ("smollm2_quick" if args.quick else "smollm2") / scale
     args.training = {"lr": lr, "epochs": epochs, "batch_size": 16, "max_length": 128}
     args.attack, args.budget = {"top_k": top_k, "max_steps": 200}, budget
-    args.runs = RUNS[:1] if args.smollm2_clean_only else RUNS[:2] if args.smollm2_no_ideal else RUNS
     base, tokenizer = load_causal_lm("smollm2-135m-instruct", lora=SMOLLM2_LORA)
     base.eval()
-    data = datasets(argparse.Namespace(tofu=False), count, size)["fictitious"]
-    result = experiment("fictitious", base, tokenizer, data, "ngram", args)
-    checks = sorted(args.run_dir.parent.glob("*/fictitious_ngram_clean_auc.json"))
+    rows, notes, no_ideal = [], [], []
+    for name, data in datasets(argparse.Namespace(tofu=args.tofu, tofu_canaries=count), count, size).items():
+        args.runs = smollm2_runs(args, name)
+        no_ideal += [] if "ideal" in args.runs else [name]
+        result = experiment(name, base, tokenizer, data, "ngram", args)
+        if "clean_auc" in result:
+            notes.append(f"- {name}: poisoned run not run (`--smollm2-clean-only`).")
+        else:
+            rows += rows_of(name, "ngram", result)
+            notes.append(summary(name, "ngram", result))
+    checks = sorted(args.run_dir.parent.glob("*/*_ngram_clean_auc.json"))
     check_rows = [clean_check_row(path) for path in checks]
-    if "clean_auc" in result:
-        poisoned = "Poisoned run: not run (`--smollm2-clean-only`)."
-    else:
-        rows = rows_of("fictitious", "ngram", result)
-        poisoned = f"{table(HEADER, rows, 'lllrrlrrlrrrr')}\n\n{summary('fictitious', 'ngram', result)}"
-    ideal = "" if "ideal" in args.runs else " Not run either: the ideal fine-tune, so no delta."
+    poisoned = "\n".join(notes)
+    if rows:
+        poisoned = f"{table(HEADER, rows, 'lllrrlrrlrrrr')}\n\n{poisoned}"
+    ideal = f" Not run either ({', '.join(no_ideal)}): the ideal fine-tune, so no delta." if no_ideal else ""
     return f"""## audit-poisoning-smollm2: PoisonM on SmolLM2-135M-Instruct with LoRA, reduced for 2 CPU cores
 
 The issue's real-model check. SmolLM2-135M-Instruct (the shipped GGUF, dequantized to float32) with LoRA (r 8,
 alpha 16, no dropout, on q_proj and v_proj); the LoRA-wrapped base (adapters at zero) is the attacker's
-activation model f, the model fine-tuned, and the reference test's reference. The 7-gram fictitious rows of the
-tiny section at a smaller scale: {size} TOFU background records, {count} fictitious member canaries and {count}
-held out; 1 poisoned neighbour per member (b1 = 1) and b2 = {budget} poisoned non-neighbours per non-member (the
-paper's b2 = 10 would take {10 / budget:g}x the attack time: each GCG swap costs a forward and backward pass plus
-{top_k} candidate forwards, a few seconds on one CPU thread); top-{top_k} GCG candidates per swap (the tiny
-section: 64); fine-tuning {epochs} epoch(s), AdamW lr {lr:g}, batch 16, answers truncated at 128 tokens: raised from
-the paper-like 1 epoch at lr 1e-3, where the clean fine-tune leaves every test near or below chance (the clean
-check). Not run: the exact-match rows, and what the tiny section leaves out (perturbation, embedding, edit
-distance).{ideal}
+activation model f, the model fine-tuned, and the reference test's reference. The 7-gram rows of the tiny
+section at a smaller scale: {size} TOFU background records, {count} fictitious member canaries and {count} held out
+(TOFU rows, `--tofu`: {count} + {count} TOFU canaries on {size} other TOFU records, as in the tiny section); 1
+poisoned neighbour per member (b1 = 1) and b2 = {budget} poisoned non-neighbours per non-member (the paper's b2 = 10
+would take {10 / budget:g}x the attack time: each GCG swap costs a forward and backward pass plus {top_k} candidate
+forwards, a few seconds on one CPU thread); top-{top_k} GCG candidates per swap (the tiny section: 64); fine-tuning
+{epochs} epoch(s), AdamW lr {lr:g}, batch 16, answers truncated at 128 tokens: raised from the paper-like 1 epoch at
+lr 1e-3, where the clean fine-tune leaves every test near or below chance (the clean check). Not run: the
+exact-match rows, and what the tiny section leaves out (perturbation, embedding, edit distance).{ideal}
 
 Clean check (the paper's premise: the natural tests beat chance on the clean fine-tune; paper, 7-gram AI4Privacy
 on Pythia-6.9B: LOSS 0.587, reference 0.647), AUC of each cached clean fine-tune (labels: 7-gram membership):
 
-{table(CHECK_HEADER, check_rows, "rrrr" + "r" * len(TESTS))}
+{table(CHECK_HEADER, check_rows, "lrrrr" + "r" * len(TESTS))}
 
 {poisoned}
 
@@ -322,7 +327,15 @@ own labels never change).
 """
 
 
-CHECK_HEADER = ["background", "epochs", "lr", "canaries", *TESTS]
+def smollm2_runs(args: argparse.Namespace, name: str) -> tuple[str, ...]:
+    """The fine-tunes to run for dataset ``name``: ``--smollm2-no-ideal`` keeps an ideal run already cached."""
+    if args.smollm2_clean_only:
+        return RUNS[:1]
+    cached_ideal = (args.run_dir / f"{name}_ngram_ideal.json").is_file()
+    return RUNS[:2] if args.smollm2_no_ideal and not cached_ideal else RUNS
+
+
+CHECK_HEADER = ["data", "background", "epochs", "lr", "canaries", *TESTS]
 
 
 def clean_check_row(path: Path) -> list[str]:
@@ -330,7 +343,8 @@ def clean_check_row(path: Path) -> list[str]:
     check = json.loads(path.read_text("utf-8"))
     scale = dict(part.split("=") for part in path.parent.name.split(","))
     training = check["training"]
-    return [scale["b"], str(training["epochs"]), f"{training['lr']:g}", f"{scale['c']} + {scale['c']}",
+    name = path.name.removesuffix("_ngram_clean_auc.json")
+    return [name, scale["b"], str(training["epochs"]), f"{training['lr']:g}", f"{scale['c']} + {scale['c']}",
             *(f"{check['auc'][t]:.3f}" for t in TESTS)]  # fmt: skip
 
 
