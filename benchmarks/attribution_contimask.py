@@ -25,7 +25,6 @@ the budget.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import bare_trainer, table
+from benchmarks.common import bare_trainer, cached_json, table
 
 METHODS = ("contimask-blur", "contimask-fade", "contimask-deletion", "dynamask-grid", "integrated-gradients",
            "occlusion", "random")  # fmt: skip
@@ -91,15 +90,6 @@ def explain(
     return saliency.detach(), time.perf_counter() - start
 
 
-def cached(path: Path, compute: Callable[[], dict]) -> dict:
-    if path.exists():
-        return json.loads(path.read_text())
-    result = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result))
-    return result
-
-
 def root(args: argparse.Namespace) -> Path:
     """The cache of one budget: runs at other budgets never mix."""
     sizes = budget(args)
@@ -130,7 +120,7 @@ def synthetic_row(args: argparse.Namespace, source: str, method: str, samples: l
     runs = []
     for i, sample in enumerate(samples):
         path = root(args) / "synthetic" / source / method / f"{i}.json"
-        runs.append(cached(path, lambda: synthetic_instance(source, method, sample, i, sizes)))  # noqa: B023 (called now)
+        runs.append(cached_json(path, lambda: synthetic_instance(source, method, sample, i, sizes)))  # noqa: B023 (called now)
     metrics = [mean_sd([run[key] for run in runs]) for key in ("aup", "aur", "auprc")]
     return [method, *metrics, f"{np.mean([run['seconds'] for run in runs]):.1f}"]
 
@@ -224,7 +214,7 @@ def contimask_pbcseq(args: argparse.Namespace) -> str:
     batch = collate_observations(patients, list(range(len(patients))))
     rows, full = [], float("nan")
     for method in METHODS:
-        result = cached(
+        result = cached_json(
             root(args) / f"pbcseq_{sizes['epochs']}epochs_{len(patients)}patients" / f"{method}.json",
             lambda m=method: pbcseq_method(m, model, batch, sizes),
         )

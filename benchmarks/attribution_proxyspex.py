@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import REPO_ROOT, table
+from benchmarks.common import TOFU, table
 
 PLANTED_BUDGETS = (250, 500, 1000, 2000)
 LLM_BUDGETS = (250, 500, 1000)
@@ -242,7 +242,7 @@ class DiskMemo:
 
 def tofu_records(count: int) -> list[dict[str, str]]:
     """TOFU forget10 records whose answer (the passage) has 30-60 words, one per author, in file order."""
-    path = REPO_ROOT.parent / "shared" / "data" / "tofu" / "forget10.json"
+    path = TOFU / "forget10.json"
     out, authors = [], set()
     for i, line in enumerate(path.open(encoding="utf-8")):
         record = json.loads(line)

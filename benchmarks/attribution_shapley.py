@@ -18,7 +18,6 @@ Per-point results are cached under ``<workdir>/shapley/<dataset>/``, so an inter
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import table
+from benchmarks.common import cached_json, table
 
 MULTIPLES = (5, 10, 20, 40)
 DATASETS = ("diabetes", "breast_cancer", "digits", "mnist")
@@ -192,14 +191,6 @@ def explain_point(predict: Callable, x: np.ndarray, baseline: np.ndarray, truth:
     return out
 
 
-def cached(path: Path, compute: Callable[[], dict]) -> dict:
-    from trustlit.paths import write_json_atomic
-
-    if not path.is_file():
-        write_json_atomic(path, compute())
-    return json.loads(path.read_text())
-
-
 def dataset_points(name: str, args: argparse.Namespace, root: Path) -> tuple[list[dict], dict[str, Any]]:
     """The cached per-point results of one dataset, computing the missing ones; and facts about the truth."""
     from trustlit.attribution import TabularValue, exact_shapley
@@ -235,7 +226,7 @@ def dataset_points(name: str, args: argparse.Namespace, root: Path) -> tuple[lis
     for i in range(points):
         path = root / name / f"{i:03d}_s{seeds}.json"
         f = outputs[i][0]
-        rows.append(cached(path, lambda i=i, f=f: explain_point(f, rows_x[i], baseline, truth_of(i), seeds)))
+        rows.append(cached_json(path, lambda i=i, f=f: explain_point(f, rows_x[i], baseline, truth_of(i), seeds)))
     return rows, facts
 
 

@@ -35,7 +35,7 @@ if not __package__:  # run as benchmarks/audit.py: import this repository's benc
 import torch
 
 import trustlit
-from benchmarks.common import family_report, run_families, table
+from benchmarks.common import TOFU, cached_json, family_report, run_families, table
 from trustlit.audit.mia import roc_auc
 from trustlit.audit.mia_poisoning import (
     NON_NEIGHBOUR_BUDGET,
@@ -52,7 +52,6 @@ from trustlit.data.qa import read_jsonl
 from trustlit.fictitious import fictitious_qa
 from trustlit.paths import write_json_atomic
 
-TOFU = Path("/work/shared/data/tofu")
 SMOLLM2_LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
 TESTS = ("loss", "min_k", "zlib", "min_k_plus_plus", "reference")
 # The paper's AI4Privacy columns (Pythia-6.9B): test -> (natural AUC, PoisonM AUC, natural TPR@1%, PoisonM TPR@1%).
@@ -113,15 +112,6 @@ def datasets(args: argparse.Namespace, count: int, size: int) -> dict[str, tuple
     return sets
 
 
-def cached(path: Path, make: Any) -> Any:
-    """The JSON at ``path``, else ``make()`` written there atomically."""
-    if path.is_file():
-        return json.loads(path.read_text("utf-8"))
-    value = make()
-    write_json_atomic(path, value)
-    return value
-
-
 def tiny_base(workdir: Path, quick: bool) -> tuple[Any, Any]:
     """The tiny Llama after its fictitious 'pre-training' on other authors (cached state dict)."""
     from trustlit.llm.loading import build_tiny_causal_lm
@@ -162,20 +152,20 @@ def experiment(name: str, base: Any, tokenizer: Any, data: tuple, kind: str, arg
         return asdict(poisoned)
 
     clean = [*qa(background), *qa(members)]  # build_poisoned_data's clean set
-    results = {"clean": cached(workdir / f"{name}_clean.json", lambda: scores(clean))}
+    results = {"clean": cached_json(workdir / f"{name}_clean.json", lambda: scores(clean))}
     texts = [r["answer"] for r in population]
     is_member = torch.from_numpy(neighbourhood.members(texts, [r["answer"] for r in clean]))
     auc = {t: roc_auc(torch.tensor(v), is_member) for t, v in results["clean"].items()}
     write_json_atomic(workdir / f"{name}_{kind}_clean_auc.json", {"training": args.training, "auc": auc})
     if "poisoned" not in args.runs:  # the clean check alone: is there a membership signal to discredit?
         return {"clean_auc": auc}
-    raw = cached(workdir / f"{name}_{kind}_data.json", make_data)
+    raw = cached_json(workdir / f"{name}_{kind}_data.json", make_data)
     poisoned = PoisonedData(**{**raw, "poisons": [Poison(**p) for p in raw["poisons"]]})
     runs = {"clean": poisoned.clean, "poisoned": poisoned.poisoned, "ideal": poisoned.ideal}
     runs = {run: records for run, records in runs.items() if run in args.runs}
     for run in runs:
         if run != "clean":
-            results[run] = cached(workdir / f"{name}_{kind}_{run}.json", lambda r=runs[run]: scores(r))
+            results[run] = cached_json(workdir / f"{name}_{kind}_{run}.json", lambda r=runs[run]: scores(r))
     labels = {run: torch.from_numpy(neighbourhood.members(texts, [r["answer"] for r in runs[run]])) for run in runs}
     tensors = {run: {t: torch.tensor(v) for t, v in results[run].items()} for run in runs}
     return {"data": poisoned, "labels": labels, "metrics": evaluate_runs(tensors, labels, poisoned)}

@@ -12,6 +12,7 @@ import this module as ``benchmarks.common``.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import platform
@@ -30,9 +31,10 @@ from typing import Any
 import lightning as L
 import torch
 
-from trustlit.paths import atomic_path
+from trustlit.paths import atomic_path, write_json_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+TOFU = REPO_ROOT.parent / "shared" / "data" / "tofu"  # the offline TOFU copy beside the checkout (ARCHITECTURE.md)
 BLOCK = re.compile(r"<!-- section: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- end section: (?P=name) -->\n", re.S)
 
 
@@ -173,6 +175,13 @@ def repo_path(path: Path | str) -> Path:
     """``path``, relative paths taken from the repository's root."""
     path = Path(path)
     return path if path.is_absolute() else REPO_ROOT / path
+
+
+def cached_json(path: Path, compute: Callable[[], Any]) -> Any:
+    """A finished stage: the JSON at ``path``, else ``compute()`` written there atomically (never half-written)."""
+    if not path.is_file():
+        write_json_atomic(path, compute())
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def provenance(command: str, quick: bool, load_before: float | None, versions: str = "") -> str:

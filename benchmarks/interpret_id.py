@@ -29,10 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import REPO_ROOT, mean_std, table
+from benchmarks.common import REPO_ROOT, TOFU, mean_std, table
 
 PEERS_PYTHON = Path(os.environ.get("TRUSTLIT_PEERS_PYTHON", REPO_ROOT / ".venv-peers" / "bin" / "python"))
-TOFU = REPO_ROOT.parent / "shared" / "data" / "tofu"
 SPLITS = ("forget10_perturbed", "retain_perturbed")
 ESTIMATORS = ("twonn", "mle", "gride")
 MODELS = {

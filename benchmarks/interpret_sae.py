@@ -37,12 +37,11 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import REPO_ROOT, table
+from benchmarks.common import REPO_ROOT, TOFU, table
 
 KS = (8, 16, 32, 64)
 VARIANTS = ("MatchingPursuitSAE", "TopKSAE", "BatchTopKSAE", "ReLUSAE", "JumpReLUSAE")
 PEER = "overcomplete MpSAE"
-TOFU = REPO_ROOT.parent / "shared" / "data" / "tofu"
 HARVEST_RECIPE = REPO_ROOT / "recipes" / "interpret" / "harvest_smollm2.yaml"
 # starting sparsity coefficients of the L0 controller (inputs scaled to E||x|| = sqrt(d))
 START_COEFFICIENT = {"ReLUSAE": 0.05, "JumpReLUSAE": 0.05}

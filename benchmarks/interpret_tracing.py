@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO_ROOT, repo_path, table
+from benchmarks.common import TOFU, repo_path, table
 
 RECIPE = "recipes/interpret/planted_lm_tiny.yaml"
 # "SAT (random replacement)": the ablation with uniformly random replacement tokens instead of embedding neighbours.
@@ -265,7 +265,7 @@ def tracing_smollm2(args: argparse.Namespace) -> str:
     root = Path(args.workdir) / "tracing" / ("smollm2" + ("_quick" if args.quick else ""))
     n = 64 if args.quick else args.tracing_smollm2_samples
     count = 1 if args.quick else args.tracing_smollm2_questions
-    records = load_qa_split(str(REPO_ROOT.parent / "shared" / "data" / "tofu"), "forget01").select(range(count))
+    records = load_qa_split(str(TOFU), "forget01").select(range(count))
     model = tokenizer = None
     rows, seconds = [], []
     for i, record in enumerate(records):

@@ -26,7 +26,7 @@ if not __package__:  # run as benchmarks/privacy_distribution.py: import this re
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 
-from benchmarks.common import repo_path, table
+from benchmarks.common import TOFU, repo_path, table
 from trustlit.audit import run_canary_audit
 from trustlit.data.distribution_samples import DistributionSamples
 from trustlit.paths import atomic_path
@@ -42,7 +42,6 @@ from trustlit.privacy.distribution import (
 
 SCRIPT = "benchmarks/privacy_distribution.py"
 DEFAULT_WORKDIR = "runs/benchmarks/privacy_distribution"
-TOFU = repo_path("..") / "shared" / "data" / "tofu"
 DISTRIBUTIONS = ("power_law_1", "power_law_1.5", "power_law_2", "uniform", "tofu_tokens", "fictitious_tokens")
 TARGETED = ("power_law_1", "power_law_1.5", "power_law_2", "tofu_tokens", "fictitious_tokens")
 NON_PRIVATE = ("add_constant", "good_turing")

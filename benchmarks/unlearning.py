@@ -50,9 +50,8 @@ from trustlit.unlearning import (
 
 if not __package__:  # run as benchmarks/unlearning.py: import this repository's benchmarks package, not opacus's
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import REPO_ROOT, Report, StepTimer, bare_trainer, comma_list, quiet, table
+from benchmarks.common import REPO_ROOT, TOFU, Report, StepTimer, bare_trainer, comma_list, quiet, table
 
-TOFU = REPO_ROOT.parent / "shared" / "data" / "tofu"
 TINY = {"hidden_size": 192, "num_layers": 4, "num_heads": 4, "max_positions": 256}
 MAX_LENGTH = 192
 EVAL_SPLITS = {
