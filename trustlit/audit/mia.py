@@ -294,14 +294,20 @@ def split_scores(
     return {name: torch.cat(scores) for name, scores in parts.items()}
 
 
+def labelled(members: Scores, non_members: Scores) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(scores, is_member)``: member scores then non-member scores, labelled 1 then 0 (the metrics' input)."""
+    members, non_members = torch.as_tensor(members).flatten(), torch.as_tensor(non_members).flatten()
+    scores = torch.cat([members, non_members])
+    return scores, torch.arange(scores.numel()) < members.numel()
+
+
 def membership_metrics(
     member_scores: dict[str, torch.Tensor], non_member_scores: dict[str, torch.Tensor], fpr: float = 0.01
 ) -> dict[str, dict[str, float]]:
     """Per scorer: ``auc`` and ``tpr@<fpr>fpr`` of members (label 1) against non-members (label 0)."""
     metrics = {}
     for name, members in member_scores.items():
-        scores = torch.cat([members, non_member_scores[name]])
-        is_member = torch.arange(scores.numel()) < members.numel()
+        scores, is_member = labelled(members, non_member_scores[name])
         metrics[name] = {"auc": roc_auc(scores, is_member), tpr_key(fpr): tpr_at_fpr(scores, is_member, fpr)}
     return metrics
 
@@ -316,15 +322,19 @@ def overlap_count(members: Sequence[dict[str, Any]], non_members: Sequence[dict[
     return sum(tuple(sample["input_ids"]) in seen for sample in non_members)
 
 
-def roc_figure(member_scores: dict[str, torch.Tensor], non_member_scores: dict[str, torch.Tensor]) -> Any:
-    """ROC curves of every scorer, linear and log-log (the low-FPR regime that TPR@1%FPR reads)."""
+def roc_figure(
+    member_scores: dict[str, torch.Tensor],
+    non_member_scores: dict[str, torch.Tensor],
+    metrics: dict[str, dict[str, float]],
+) -> Any:
+    """ROC curves of every scorer, linear and log-log (the low-FPR regime that TPR@1%FPR reads); ``metrics``:
+    :func:`membership_metrics` of the same scores (the legend's AUC)."""
     figure, (linear, log_log) = new_figure(ncols=2, figsize=(10, 4.5))
     for name, members in member_scores.items():
-        scores = torch.cat([members, non_member_scores[name]])
-        fpr, tpr, _ = roc_curve(scores, torch.arange(scores.numel()) < members.numel())
-        auc = roc_auc(scores, torch.arange(scores.numel()) < members.numel())
+        fpr, tpr, _ = roc_curve(*labelled(members, non_member_scores[name]))
+        label = f"{name} (AUC {metrics[name]['auc']:.3f})"
         for axes in (linear, log_log):
-            axes.plot(fpr.numpy(), tpr.numpy(), label=f"{name} (AUC {auc:.3f})", drawstyle="steps-post")
+            axes.plot(fpr.numpy(), tpr.numpy(), label=label, drawstyle="steps-post")
     for axes in (linear, log_log):
         axes.plot([1e-4, 1], [1e-4, 1], color="grey", linestyle=":", label="chance")
         axes.set_xlabel("false positive rate")
@@ -469,7 +479,8 @@ class MembershipInference(L.Callback):
             },
         }
         write_json_atomic(output, payload)
-        figure = save_png(roc_figure(member_scores, non_member_scores), output.with_name(output.stem + "_roc.png"))
+        roc = roc_figure(member_scores, non_member_scores, self.results)
+        figure = save_png(roc, output.with_name(output.stem + "_roc.png"))
         header = ["scorer", "AUC", tpr_key(self.fpr).upper()]
         rows = [[name, metrics["auc"], metrics[tpr_key(self.fpr)]] for name, metrics in self.results.items()]
         print_table(f"membership inference: {self.member_split} vs {self.non_member_split}", header, rows)

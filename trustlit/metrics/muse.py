@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from trustlit.audit.mia import min_k_score, pad_token_logprobs, roc_auc
+from trustlit.audit.mia import labelled, min_k_score, pad_token_logprobs, roc_auc
 from trustlit.llm.scoring import batches, encode_pairs, evaluating, generate_greedy, model_device
 from trustlit.metrics.text import rouge_l_f1
 
@@ -43,8 +43,8 @@ def min_k_scores(token_nll: Sequence[torch.Tensor], k: float = MIN_K) -> torch.T
 
 def privleak_auc(forget_min_k: torch.Tensor, holdout_min_k: torch.Tensor) -> float:
     """MUSE's AUC: forget (label 1) against holdout (label 0), scored by the Min-K% loss -MinK."""
-    scores = torch.cat([torch.as_tensor(forget_min_k), torch.as_tensor(holdout_min_k)])
-    return roc_auc(-scores, torch.arange(scores.numel()) < len(forget_min_k))
+    scores, is_forget = labelled(forget_min_k, holdout_min_k)
+    return roc_auc(-scores, is_forget)
 
 
 def privleak(auc_unlearned: float, auc_retain: float) -> float:
