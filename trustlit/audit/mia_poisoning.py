@@ -141,12 +141,12 @@ def _answer_row(
 
 
 def _penalty(neighbourhood: Neighbourhood, target: str, texts: list[str]) -> torch.Tensor:
-    """m(p, x_t) of Appendix C per candidate: embedding cosine, minus the edit distance, else 0."""
-    if neighbourhood.kind == "embedding":
-        return embedding_cosine(target, texts).float()
-    if neighbourhood.kind == "edit":
-        return -torch.tensor([edit_distance(target, t) for t in texts])
-    return torch.zeros(len(texts))
+    """m(p, x_t) of Appendix C per candidate: the neighbourhood's own measure, signed to grow towards x_t (embedding
+    cosine, minus the edit distance); zeros where lambda = 0 (n-gram, exact)."""
+    if LAMBDA[neighbourhood.kind] == 0:
+        return torch.zeros(len(texts))
+    sign = -1.0 if neighbourhood.kind == "edit" else 1.0
+    return sign * torch.from_numpy(neighbourhood.measures(target, texts)).float()
 
 
 def poison_non_neighbour(
@@ -624,7 +624,7 @@ class MIAPoisoning(AnalysisModule):
         members, auxiliary, background, non_members = pool[:n], pool[n : 2 * n], pool[2 * n :], held[:n]
         with torch.inference_mode(False), torch.enable_grad():  # the test loop runs in inference mode; GCG needs grads
             data, scores, labels, metrics = run_poisoning_experiment(
-                copy.deepcopy(self.model), self.tokenizer, background, members, non_members, auxiliary,
+                self.model, self.tokenizer, background, members, non_members, auxiliary,
                 self.neighbourhood, non_neighbour_budget=hp.non_neighbour_budget,
                 attack={"top_k": hp.top_k, "max_steps": hp.max_steps, "prompt_format": hp.prompt_format},
                 training={k: hp[k] for k in ("epochs", "lr", "batch_size", "prompt_format")},
