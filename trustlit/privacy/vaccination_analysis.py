@@ -105,6 +105,13 @@ def reached(G: nx.Graph, objective: str, removed: set) -> float:
     return float(max_degree_after(G, removed) if objective == "max_degree" else spectral_radius_after(G, removed))
 
 
+def outbreak(G: nx.Graph, removed: set, setting: VaccinationSetting, seed: int) -> float:
+    """The mean final SIR outbreak fraction once ``removed`` is vaccinated (the setting's SIR parameters)."""
+    return simulate_sir(
+        G, removed, setting.sir_beta, setting.sir_gamma, seeds=setting.sir_seeds, runs=setting.sir_runs, seed=seed
+    )
+
+
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
@@ -118,26 +125,16 @@ def strategy_row(
     setting: VaccinationSetting,
 ) -> dict[str, Any]:
     """One table row: budget, value reached, outbreak and seconds, mean and std over ``seeds``."""
-    budget, value, outbreak, seconds = [], [], [], []
+    budget, value, outbreaks, seconds = [], [], [], []
     for seed in seeds:
         start = time.perf_counter()
         removed = vaccinate(G, objective, strategy, epsilon, seed, setting)
         seconds.append(time.perf_counter() - start)
         budget.append(float(len(removed)))
         value.append(reached(G, objective, removed))
-        outbreak.append(
-            simulate_sir(
-                G,
-                removed,
-                setting.sir_beta,
-                setting.sir_gamma,
-                seeds=setting.sir_seeds,
-                runs=setting.sir_runs,
-                seed=seed,
-            )
-        )
+        outbreaks.append(outbreak(G, removed, setting, seed))
     row: dict[str, Any] = {"objective": objective, "strategy": strategy, "epsilon": epsilon, "runs": len(seeds)}
-    per_seed = {"budget": budget, "max_reached": value, "outbreak": outbreak, "seconds": seconds}
+    per_seed = {"budget": budget, "max_reached": value, "outbreak": outbreaks, "seconds": seconds}
     for name, values in per_seed.items():
         row[name], row[f"{name}_std"] = _mean_std(values)
     return {**row, "per_seed": per_seed}
@@ -145,9 +142,6 @@ def strategy_row(
 
 def unvaccinated_row(G: nx.Graph, objective: str, setting: VaccinationSetting) -> dict[str, Any]:
     """The reference row: nothing removed."""
-    sir = simulate_sir(
-        G, [], setting.sir_beta, setting.sir_gamma, seeds=setting.sir_seeds, runs=setting.sir_runs, seed=0
-    )
     return {
         "objective": objective,
         "strategy": "none",
@@ -155,7 +149,7 @@ def unvaccinated_row(G: nx.Graph, objective: str, setting: VaccinationSetting) -
         "runs": 1,
         "budget": 0.0,
         "max_reached": reached(G, objective, set()),
-        "outbreak": sir,
+        "outbreak": outbreak(G, set(), setting, seed=0),
     }
 
 
@@ -301,7 +295,7 @@ class PrivateVaccination(AnalysisModule):
         figure, axes = new_figure(ncols=len(self.objectives), figsize=(5 * len(self.objectives), 3.8), squeeze=False)
         for axis, objective in zip(axes[0], self.objectives, strict=True):
             mine = [r for r in rows if r["objective"] == objective]
-            for strategy in ("private_implicit", "private_explicit"):
+            for strategy in (s for s in self.strategies if s != "greedy"):
                 line = [r for r in mine if r["strategy"] == strategy]
                 if line:
                     axis.errorbar(
