@@ -232,7 +232,6 @@ def tpr_at_fpr(scores: Scores, is_member: Labels, fpr: float = 0.01) -> float:
 
 # --------------------------------------------------------------------------- the Callback
 
-SCORERS = ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")
 OUTPUT_NAME = "membership_inference.json"
 METRIC_PREFIX = "test/mia"
 TRIGGERS = ("test", "fit_end")
