@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from trustlit.privacy.mechanisms import _check_positive
+from trustlit.privacy.mechanisms import check_positive
 
 SMOLLM2_TOKENIZER = "SmolLM2-135M-Instruct"  # the directory smollm2_local_dir() caches the model and tokenizer in
 DEFAULT_C = 0.5  # Krichevsky-Trofimov
@@ -101,7 +101,7 @@ def check_distribution(p: Any, name: str = "p") -> np.ndarray:
 
 
 def _check_c(c: float) -> float:
-    return _check_positive("c", c)
+    return check_positive("c", c)
 
 
 def _rng(seed: int | np.random.Generator) -> np.random.Generator:
@@ -194,7 +194,7 @@ def good_turing(counts: Any, *, seed: int | np.random.Generator = 0) -> np.ndarr
 
 def laplace_scale(epsilon: float) -> float:
     """b = 2 / epsilon: the Laplace scale that makes a count vector (L1 sensitivity 2 under replacement) epsilon-DP."""
-    return 2.0 / _check_positive("epsilon", epsilon)
+    return 2.0 / check_positive("epsilon", epsilon)
 
 
 def _laplace(values: np.ndarray, scale: float, noise: bool, rng: np.random.Generator) -> np.ndarray:

@@ -33,14 +33,16 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 
-def _check_positive(name: str, value: float) -> float:
+def check_positive(name: str, value: float) -> float:
+    """``value`` as a float if it is finite and > 0, else a ValueError naming ``name``."""
     value = float(value)
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value}")
     return value
 
 
-def _check_delta(delta: float) -> float:
+def check_delta(delta: float) -> float:
+    """``delta`` as a float if it lies in (0, 1), else a ValueError."""
     delta = float(delta)
     if not 0 < delta < 1:
         raise ValueError(f"delta must lie in the open interval (0, 1), got {delta}")
@@ -57,9 +59,9 @@ def classic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> 
     Raises:
         ValueError: epsilon <= 0, delta outside (0, 1) or sensitivity <= 0.
     """
-    epsilon = _check_positive("epsilon", epsilon)
-    delta = _check_delta(delta)
-    sensitivity = _check_positive("sensitivity", sensitivity)
+    epsilon = check_positive("epsilon", epsilon)
+    delta = check_delta(delta)
+    sensitivity = check_positive("sensitivity", sensitivity)
     return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
 
 
@@ -86,8 +88,8 @@ def gaussian_mechanism_delta(epsilon: float, sigma: float, sensitivity: float) -
     epsilon = float(epsilon)
     if not (math.isfinite(epsilon) and epsilon >= 0):
         raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon}")
-    sigma = _check_positive("sigma", sigma)
-    sensitivity = _check_positive("sensitivity", sensitivity)
+    sigma = check_positive("sigma", sigma)
+    sensitivity = check_positive("sensitivity", sensitivity)
     return math.exp(_log_delta(epsilon, sigma / sensitivity))
 
 
@@ -98,8 +100,8 @@ def gaussian_mechanism_epsilon(delta: float, sigma: float, sensitivity: float) -
     δ(0, σ) <= δ already. With μ = Δ/σ this is the ε of a μ-Gaussian-DP mechanism (e.g. T
     full-batch DP-SGD steps with noise multiplier σ have μ = sqrt(T)/σ).
     """
-    delta = _check_delta(delta)
-    t = _check_positive("sigma", sigma) / _check_positive("sensitivity", sensitivity)
+    delta = check_delta(delta)
+    t = check_positive("sigma", sigma) / check_positive("sensitivity", sensitivity)
     log_target = math.log(delta)
 
     def excess(epsilon: float) -> float:  # log δ(ε, σ) − log δ, decreasing in ε
@@ -128,9 +130,9 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float, to
     Raises:
         ValueError: epsilon <= 0, delta outside (0, 1), sensitivity <= 0 or tol not in (0, 0.1).
     """
-    epsilon = _check_positive("epsilon", epsilon)
-    delta = _check_delta(delta)
-    sensitivity = _check_positive("sensitivity", sensitivity)
+    epsilon = check_positive("epsilon", epsilon)
+    delta = check_delta(delta)
+    sensitivity = check_positive("sensitivity", sensitivity)
     if not 0 < tol < 0.1:
         raise ValueError(f"tol must lie in (0, 0.1), got {tol}")
     log_target = math.log(delta)

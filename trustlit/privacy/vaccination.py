@@ -62,7 +62,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import eigsh
 
-from trustlit.privacy.mechanisms import _check_delta, _check_positive
+from trustlit.privacy.mechanisms import check_delta, check_positive
 
 MAX_DEGREE_UNITS = 4  # units of the max-degree instance one edge changes (Algorithm 1; the released code uses 6)
 MAX_EXP = math.log(sys.float_info.max)  # e^x overflows a float beyond this (group privacy's delta)
@@ -192,7 +192,7 @@ def greedy_cover(cover: MultiCover) -> np.ndarray:
 
 def per_step_epsilon(epsilon: float, delta: float) -> float:
     """ε' = ε / (2 ln(e / δ)), the scale of each exponential-mechanism step of PrivateMulSet (Algorithm 5)."""
-    return _check_positive("epsilon", epsilon) / (2 * math.log(math.e / _check_delta(delta)))
+    return check_positive("epsilon", epsilon) / (2 * math.log(math.e / check_delta(delta)))
 
 
 def group_privacy(epsilon: float, delta: float, units: int) -> tuple[float, float]:
@@ -347,7 +347,7 @@ def above_threshold_alpha(n_queries: int, epsilon_1: float, beta: float) -> floa
     Theorem 4.3)."""
     if not 0 < beta < 1:
         raise ValueError(f"beta={beta!r} is invalid, expected a probability in (0, 1)")
-    return 8 * (math.log(n_queries) + math.log(2 / beta)) / _check_positive("epsilon_1", epsilon_1)
+    return 8 * (math.log(n_queries) + math.log(2 / beta)) / check_positive("epsilon_1", epsilon_1)
 
 
 def degree_threshold(n: int, scale: float) -> float:
@@ -513,8 +513,8 @@ def private_max_degree(
     paper's accounting) Algorithm 1 runs at ε and the total is (ε + k ε_1, δ); without it (ours) Algorithm 1 runs at
     ε / 2 and ε_1 = ε / (2 k), total (ε, δ)."""
     graph, D = contact_graph(G), _check_D(D)
-    _check_positive("epsilon", epsilon)
-    _check_delta(delta)
+    check_positive("epsilon", epsilon)
+    check_delta(delta)
     units = _units(neighbours, MAX_DEGREE_UNITS)
     rng = np.random.default_rng(seed)
     cover = max_degree_cover(graph, D)
@@ -523,7 +523,7 @@ def private_max_degree(
     if threshold_epsilon is None:
         epsilon, epsilon_1 = epsilon / 2, epsilon / (2 * units)
     else:
-        epsilon_1 = _check_positive("threshold_epsilon", threshold_epsilon)
+        epsilon_1 = check_positive("threshold_epsilon", threshold_epsilon)
     step_epsilon, step_delta = group_privacy(epsilon, delta, units)
     permutation = private_mul_set(cover, step_epsilon, step_delta, rng)
     threshold = degree_threshold(graph.n, per_step_epsilon(step_epsilon, step_delta))
@@ -559,8 +559,8 @@ def private_spectral_radius(
     cut by AboveThreshold at ε / 2 on W_4 against θ = ρ^4 (:func:`walk4_threshold`); explicit only, so
     W_4 <= θ + k α w.p. >= 1 - β (α = :func:`above_threshold_alpha` at ε / 2) and λ <= W_4^(1/4)."""
     graph, rho = contact_graph(G), _check_rho(rho)
-    _check_positive("epsilon", epsilon)
-    _check_delta(delta)
+    check_positive("epsilon", epsilon)
+    check_delta(delta)
     bound = graph.n - 1 if degree_bound is None else degree_bound
     if isinstance(bound, bool) or not isinstance(bound, int) or bound < graph.degrees.max(initial=0):
         raise ValueError(
