@@ -1,0 +1,211 @@
+"""EXPLAIN-R (trustlit.interpret.concepts): closed forms of the loss, the moving averages and the concept scores;
+the surrogate recovers a planted linear concept model; bad input is refused."""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from trustlit.interpret.concepts import (
+    ExplainR,
+    check_concepts,
+    concept_scores,
+    deletion_agreement,
+    faithfulness,
+    kd_objective,
+    moving_average,
+    oriented,
+    probe_concepts,
+    shifted_exp,
+    similarity_kl,
+    surrogate,
+)
+
+torch.set_num_threads(1)
+
+
+def planted(n: int = 600, k: int = 10, d: int = 16, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Concepts c ~ Bernoulli(0.3) and embeddings e = normalize(c W* + b*)."""
+    generator = torch.Generator().manual_seed(seed)
+    concepts = (torch.rand(n, k, generator=generator) < 0.3).float()
+    weight, bias = torch.randn(k, d, generator=generator), 0.3 * torch.randn(d, generator=generator)
+    return concepts, surrogate(concepts, weight, bias), weight, bias
+
+
+def loader(concepts: torch.Tensor, embeddings: torch.Tensor, batch_size: int, shuffle: bool = False) -> DataLoader:
+    rows = [
+        {"embeddings": e, "concepts": c, "index": i} for i, (e, c) in enumerate(zip(embeddings, concepts, strict=True))
+    ]
+    return DataLoader(rows, batch_size=batch_size, shuffle=shuffle)
+
+
+# --- the loss ----------------------------------------------------------------------------------------
+
+
+def test_similarity_kl_is_zero_iff_the_distributions_match() -> None:
+    teacher = torch.tensor([[0.0, math.log(3.0)], [math.log(3.0), 0.0]])  # rows (1/4, 3/4) and (3/4, 1/4)
+    assert similarity_kl(teacher, teacher).item() == pytest.approx(0.0, abs=1e-7)
+    # a constant per row leaves the softmax unchanged: still zero
+    assert similarity_kl(teacher, teacher + torch.tensor([[5.0], [-2.0]])).item() == pytest.approx(0.0, abs=1e-6)
+    # student uniform: KL(p || 1/2) = sum p log(2p), the same for both rows
+    expected = 0.25 * math.log(0.5) + 0.75 * math.log(1.5)
+    assert similarity_kl(teacher, torch.zeros(2, 2)).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_moving_average_first_visit_is_exact_then_mixes_per_item() -> None:
+    state = torch.tensor([0.0, 2.0, 0.0, 4.0])
+    updated = moving_average(state, torch.tensor([0, 1, 3]), torch.tensor([1.0, 1.0, 1.0]), gamma=0.9)
+    # item 0 unseen: takes the batch value; items 1 and 3 seen: (1 - 0.9) u + 0.9 m
+    assert updated.tolist() == pytest.approx([1.0, 0.1 * 2 + 0.9, 0.1 * 4 + 0.9])
+    assert state.tolist() == pytest.approx([1.0, 1.1, 0.0, 1.3])
+
+
+def test_full_batch_normaliser_is_exact_and_the_objective_gradient_is_the_kl_gradient() -> None:
+    concepts, embeddings, _, _ = planted(n=40, k=6, d=8)
+    weight = torch.randn(6, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    bias = torch.zeros(8, requires_grad=True)
+    tau, index = 0.1, torch.arange(40)
+    teacher = shifted_exp(embeddings, embeddings, tau)
+    exact_u = teacher.mean(dim=1)  # (1/N) sum_j exp(e_i.e_j/tau), up to the constant shift
+    u_state = torch.zeros(40)
+    for _ in range(3):  # a fixed model: the moving average of the exact value stays exact
+        assert moving_average(u_state, index, teacher.mean(dim=1), 0.9) == pytest.approx(exact_u)
+    for direction in ("rows", "columns"):  # image-to-text and text-to-image
+        student = shifted_exp(surrogate(concepts, weight, bias), embeddings, tau)
+        t, s = oriented(direction, teacher, student)
+        u = moving_average(torch.zeros(40), index, t.mean(dim=1), 0.9)
+        v = moving_average(torch.zeros(40), index, s.detach().mean(dim=1), 0.9)
+        estimator = torch.autograd.grad(kd_objective(t, s, u, v), (weight, bias), retain_graph=True)
+        exact = torch.autograd.grad(similarity_kl(t.log(), s.log()), (weight, bias))
+        for ours, reference in zip(estimator, exact, strict=True):
+            torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-6)
+
+
+def test_objective_gradient_vanishes_when_the_surrogate_equals_the_model() -> None:
+    concepts, embeddings, weight, bias = planted(n=30, k=5, d=6)
+    weight = weight.clone().requires_grad_(True)
+    teacher = shifted_exp(embeddings, embeddings, 0.1)
+    student = shifted_exp(surrogate(concepts, weight, bias), embeddings, 0.1)
+    u, v = teacher.mean(dim=1), student.detach().mean(dim=1)
+    (gradient,) = torch.autograd.grad(kd_objective(teacher, student, u, v), weight)
+    assert gradient.abs().max().item() < 1e-4
+
+
+# --- concept scores ----------------------------------------------------------------------------------
+
+
+def test_concept_scores_on_a_hand_made_surrogate() -> None:
+    weight = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    bias = torch.tensor([0.5, 0.0])
+    concepts = torch.tensor([[1.0, 0.0, 1.0]])
+    # z = (2.5, 1), ||z||^2 = 7.25, b.f = 1.25/||z||: lambda = ||z|| / (7.25 - 1.25), v = (2.5, 0, 3.5) / 6
+    scores = concept_scores(concepts, weight, bias)
+    torch.testing.assert_close(scores, torch.tensor([[2.5 / 6, 0.0, 3.5 / 6]]))
+    assert scores.sum().item() == pytest.approx(1.0)
+    # against the key t = (0, 1): f.t = 1/||z||, (cW).t = 1, so v = (0, 0, 1/||z||), summing to f.t
+    keyed = concept_scores(concepts, weight, bias, torch.tensor([[0.0, 1.0]]))
+    torch.testing.assert_close(keyed, torch.tensor([[0.0, 0.0, 1 / math.sqrt(7.25)]]))
+
+
+def test_keyed_scores_decompose_the_surrogate_similarity() -> None:
+    concepts, embeddings, _, _ = planted(n=50, k=7, d=9, seed=3)
+    weight, bias = torch.randn(7, 9), torch.randn(9)
+    scores = concept_scores(concepts[concepts.sum(1) > 0], weight, bias, embeddings[concepts.sum(1) > 0])
+    similarity = (surrogate(concepts, weight, bias) * embeddings).sum(dim=1)[concepts.sum(1) > 0]
+    torch.testing.assert_close(scores.sum(dim=1), similarity, rtol=1e-4, atol=1e-5)
+
+
+def test_deleting_a_concept_moves_the_similarity_as_its_score_says() -> None:
+    # concept 0 points along the key, concept 1 against it: deleting 0 lowers f.t, deleting 1 raises it
+    weight = torch.tensor([[2.0, 0.0], [-0.5, 1.0]])
+    bias = torch.tensor([0.0, 0.5])
+    concepts, key = torch.tensor([[1.0, 1.0]]), torch.tensor([[1.0, 0.0]])
+    scores = concept_scores(concepts, weight, bias, key)
+    assert scores[0, 0] > 0 > scores[0, 1]
+    before = surrogate(concepts, weight, bias)[0, 0]
+    without_0 = surrogate(torch.tensor([[0.0, 1.0]]), weight, bias)[0, 0]
+    without_1 = surrogate(torch.tensor([[1.0, 0.0]]), weight, bias)[0, 0]
+    assert before - without_0 > 0 > before - without_1
+    agreement = deletion_agreement(concepts, weight, bias, key)
+    assert agreement["sign_agreement"] == 1.0
+    assert agreement["spearman"] == pytest.approx(1.0)
+
+
+# --- faithfulness ------------------------------------------------------------------------------------
+
+
+def test_faithfulness_is_perfect_for_the_model_itself_and_poor_for_noise() -> None:
+    _, embeddings, _, _ = planted(n=80)
+    perfect = faithfulness(embeddings, embeddings)
+    assert perfect["rsum"] == pytest.approx(600.0) and perfect["pair_rsum"] == pytest.approx(600.0)
+    assert perfect["spearman"] == pytest.approx(1.0)
+    noise = faithfulness(torch.randn(80, 16, generator=torch.Generator().manual_seed(5)), embeddings)
+    assert noise["rsum"] < 200 and abs(noise["spearman"]) < 0.2
+
+
+def test_recall_targets_are_the_models_nearest_other_item() -> None:
+    keys = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    # the surrogate swaps the two clusters: every item's model neighbour (its cluster mate) ranks last of 3
+    swapped = keys[[2, 3, 0, 1]]
+    result = faithfulness(swapped, keys, ks=(1, 2))
+    assert result["rows_r@1"] == 0.0 and result["rows_r@2"] == 0.0
+    assert faithfulness(keys, keys, ks=(1,))["rows_r@1"] == 100.0
+
+
+# --- training ----------------------------------------------------------------------------------------
+
+
+def test_surrogate_recovers_a_planted_linear_concept_model(tmp_path) -> None:
+    # D = K + 1: the embeddings span the whole space, so W is identified up to the scale of (W, b) alone
+    concepts, embeddings, weight, bias = planted(d=11)
+    L.seed_everything(0)
+    model = ExplainR(num_concepts=10, embedding_dim=11, lr=1e-2, figure_items=2)
+    trainer = L.Trainer(
+        max_epochs=40, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path,
+    )  # fmt: skip
+    trainer.fit(
+        model,
+        loader(concepts[:500], embeddings[:500], 100, shuffle=True),
+        loader(concepts[500:], embeddings[500:], 100),
+    )
+    held_out = faithfulness(model(concepts[500:]).detach(), embeddings[500:])
+    assert held_out["spearman"] > 0.95
+    assert trainer.callback_metrics["val/spearman"] > 0.95
+    # f is invariant to a positive scale of (W, b) only: the directions must agree
+    ours, planted_ = torch.cat([model.weight, model.bias[None]]).flatten(), torch.cat([weight, bias[None]]).flatten()
+    assert torch.nn.functional.cosine_similarity(ours.detach(), planted_, dim=0) > 0.95
+    assert (tmp_path / "explain_r_concepts.png").stat().st_size > 1000
+
+
+def test_probe_reads_planted_concepts() -> None:
+    concepts, embeddings, _, _ = planted()
+    result = probe_concepts(embeddings[:500], concepts[:500], embeddings[500:], concepts[500:])
+    assert result["probed_concepts"] == 10 and result["mean_auc"] > 0.9
+
+
+# --- bad input ---------------------------------------------------------------------------------------
+
+
+def test_bad_input_is_refused_with_one_line() -> None:
+    with pytest.raises(ValueError, match=r"concept annotations must be 0 or 1, got 0\.5"):
+        check_concepts(torch.tensor([[0.0, 0.5]]))
+    with pytest.raises(ValueError, match=r"3 concept rows but embeddings of shape \[2, 4\]"):
+        check_concepts(torch.zeros(3, 2), torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="must all be the same"):
+        faithfulness(torch.zeros(3, 4), torch.zeros(4, 4))
+    with pytest.raises(ValueError, match=r"gamma1=1\.5 is invalid, expected a number in \(0, 1\]"):
+        ExplainR(num_concepts=3, embedding_dim=4, gamma1=1.5)
+    with pytest.raises(ValueError, match=r"temperature=0\.0 is invalid"):
+        ExplainR(num_concepts=3, embedding_dim=4, temperature=0.0)
+    with pytest.raises(ValueError, match="directions='diagonal' is invalid"):
+        ExplainR(num_concepts=3, embedding_dim=4, directions="diagonal")
+    model = ExplainR(num_concepts=3, embedding_dim=4)
+    with pytest.raises(ValueError, match=r"expected \[B, embedding_dim=4\]"):
+        model.unpack({"embeddings": torch.zeros(2, 5), "concepts": torch.zeros(2, 3), "index": torch.arange(2)})
+    with pytest.raises(ValueError, match="0 or 1"):
+        model.unpack({"embeddings": torch.zeros(2, 4), "concepts": torch.full((2, 3), 2.0), "index": torch.arange(2)})
