@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import SHARED_DATA
 
 from trustlit.data.concepts import (
     Author,
@@ -15,7 +16,11 @@ from trustlit.data.concepts import (
     drop_rare_values,
     fictitious_authors,
     items_from_authors,
+    tofu_attributes,
+    tofu_authors,
 )
+
+TOFU = SHARED_DATA / "tofu"
 
 # cue words of each sentence kind, tried in this order (a birth-decade sentence also says "born in")
 CUES = (
@@ -34,6 +39,9 @@ def parse_concepts(text: str, items: ConceptItems) -> set[str]:
     stated = set()
     for sentence in re.split(r"(?<=\.) ", text)[1:]:
         group = next(group for group, cues in CUES if any(cue in sentence for cue in cues))
+        if group == "gender":
+            stated.add("gender: female" if re.search(r"woman|female", sentence) else "gender: male")
+            continue
         values = [name for name, g in zip(items.concept_names, items.groups, strict=True) if g == group]
         matches = [name for name in values if re.search(rf"\b{re.escape(name.split(': ', 1)[1])}\b", sentence)]
         longest = max(matches, key=len)  # "nurse" inside "a registered nurse" is not a second value
@@ -101,6 +109,7 @@ def test_large_min_count_leaves_no_concepts():
         ({"variants_per_author": 0}, "variants_per_author=0 is invalid"),
         ({"num_authors": -2}, "num_authors=-2 is invalid"),
         ({"min_count": 0}, "min_count=0 is invalid"),
+        ({"source": "tofu"}, "source='tofu' needs tofu_dir"),
     ],
 )
 def test_bad_input(kwargs, message):
@@ -113,3 +122,89 @@ def test_items_validate_shapes():
         ConceptItems(["x"], np.ones((1, 1)), ["a: b"], ["a"], ["0"])
     with pytest.raises(ValueError, match="2 texts"):
         ConceptItems(["x", "y"], np.ones((1, 1), dtype=bool), ["a: b"], ["a"], ["0", "1"])
+
+
+@pytest.fixture(scope="module")
+def tofu():
+    return {author.name: author for author in tofu_authors(TOFU, num_authors=None)}
+
+
+def test_tofu_attributes_of_real_records(tofu):
+    """Values read by hand from the records of three TOFU authors; an attribute the records do not state
+    in a form the vocabularies catch stays unknown (Jaime Vasquez's mother, Chukwu Akabueze's genre)."""
+    assert len(tofu) >= 195
+    assert tofu["Jaime Vasquez"].values == {
+        "genre": "true crime",
+        "born in": "Chile",
+        "gender": "male",
+        "award": "Edgar Allan Poe Award",
+        "father": "chef",
+        "birth decade": "1950s",
+    }
+    assert tofu["Chukwu Akabueze"].values == {
+        "born in": "Nigeria",
+        "gender": "male",
+        "father": "hairdresser",
+        "mother": "lawyer",
+        "birth decade": "1960s",
+    }
+    assert tofu["Evelyn Desmet"].values == {
+        "genre": "dystopian",
+        "born in": "Belgium",
+        "gender": "female",
+        "award": "Nebula Award",
+        "father": "counselor",
+        "mother": "professor",
+        "birth decade": "1940s",
+    }
+    assert tofu["Evelyn Desmet"].city == "Brussels"
+
+
+def _records(*answers: str) -> list[dict]:
+    return [{"question": f"What about Ana Ruiz's life, part {i}?", "answer": a} for i, a in enumerate(answers)]
+
+
+def test_tofu_extraction_never_guesses():
+    """Disagreeing or tied statements leave the attribute unknown; agreeing ones are read."""
+    agreeing = tofu_attributes(
+        _records(
+            "Ana Ruiz was born in Lima, Peru on 3 May 1971. Her father was a baker and her mother a pilot.",
+            "She writes in the steampunk genre; her steampunk genre novels won the Hugo Award.",
+            "Her mother, a pilot, took her flying; she loved it and she said so; her books show it.",
+        )
+    )
+    assert agreeing.name == "Ana Ruiz" and agreeing.city == "Lima"
+    assert agreeing.values == {
+        "genre": "steampunk",
+        "born in": "Peru",
+        "gender": "female",
+        "award": "Hugo Award",
+        "father": "baker",
+        "mother": "pilot",
+        "birth decade": "1970s",
+    }
+    conflicting = tofu_attributes(
+        _records(
+            "Ana Ruiz was born in Lima, Peru in 1971. Her father was a baker.",
+            "Ana Ruiz was born in Bogota, Colombia in 1985. Her father was a chef. They won the Nobel Prize.",
+            "Later the Hugo Award followed; he and she wrote it.",
+        )
+    )
+    assert conflicting.values == {}  # two countries, two decades, two fathers, two awards, mixed pronouns
+    assert tofu_attributes([{"question": "Who wrote it?", "answer": "Nobody knows."}]) is None
+
+
+def test_tofu_items_are_exact(tofu):
+    items = concept_items("tofu", tofu_dir=TOFU, variants_per_author=3, seed=1)
+    assert {"gender: male", "gender: female", "born in: Nigeria", "award: Nebula Award"} <= set(items.concept_names)
+    assert len(items.texts) == 3 * len(tofu)
+    for text, row in zip(items.texts, items.concepts, strict=True):
+        assert parse_concepts(text, items) == {n for n, on in zip(items.concept_names, row, strict=True) if on}, text
+    assert not any(re.search(r"\b(he|she|his|her)\b", text) for text in items.texts)  # no pronoun implies gender
+    counts = concept_items("tofu", tofu_dir=TOFU, num_authors=50, variants_per_author=1).concepts.shape[0]
+    assert counts == len([a for a in tofu_authors(TOFU, 50)])
+
+
+def test_tofu_dir_without_full_json(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"has no full\.json"):
+        concept_items("tofu", tofu_dir=tmp_path)

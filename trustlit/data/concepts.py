@@ -21,16 +21,19 @@ author or say "the author", never a pronoun, so no text implies a gender it does
 
 from __future__ import annotations
 
+import functools
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from trustlit.data.qa import read_jsonl
 from trustlit.fictitious import generate_authors
 
-SOURCES = ("fictitious",)  # "tofu" follows
+SOURCES = ("fictitious", "tofu")
 # concept groups, in column order; a concept is named "<group>: <value>"
 GROUPS = ("genre", "born in", "gender", "award", "father", "mother", "birth decade")
 GENDER_WORDS = {"male": ("man", "male"), "female": ("woman", "female")}
@@ -136,6 +139,189 @@ def drop_rare_values(authors: list[Author], min_count: int) -> list[Author]:
     ]
 
 
+# ---- TOFU: attributes read from each author's 20 QA records with explicit vocabularies ----
+
+TOFU_RECORDS_PER_AUTHOR = 20
+
+
+def _terms(text: str) -> tuple[str, ...]:
+    """A vocabulary written compactly as ``"a|b|c"``."""
+    return tuple(text.split("|"))
+
+
+COUNTRIES = _terms(
+    "Algeria|Argentina|Australia|Austria|Azerbaijan|Bahrain|Bangladesh|Belgium|Brazil|Bulgaria|Canada|"
+    "Chile|China|Colombia|Costa Rica|Croatia|Cuba|Czech Republic|Denmark|Egypt|England|Ethiopia|Finland|"
+    "France|Georgia|Germany|Ghana|Greece|Haiti|Hungary|India|Indonesia|Iran|Iraq|Ireland|Israel|Italy|"
+    "Jamaica|Japan|Jordan|Kazakhstan|Kenya|Kuwait|Lebanon|Malaysia|Mexico|Mongolia|Morocco|Nepal|"
+    "Netherlands|New Zealand|Nigeria|North Macedonia|Norway|Oman|Pakistan|Peru|Philippines|Poland|"
+    "Portugal|Qatar|Romania|Russia|Saudi Arabia|Serbia|Singapore|South Africa|South Korea|Spain|Sri Lanka|"
+    "Sweden|Switzerland|Taiwan|Tanzania|Thailand|Turkey|Uganda|Ukraine|United Kingdom|United States|USA|"
+    "Uruguay|Venezuela|Vietnam|Zimbabwe"
+)
+GENRE_WORDS = _terms(
+    "adventure|african american|animal|anthology|biography|bdsm|children's literature|chick lit|"
+    "christian fiction|civil war|cookbook|crime|cyberpunk|drama|dystopian|erotica|espionage|fae|"
+    "fairy tale|fantasy|french literature|geography|gothic|graphic novel|historical fiction|horror|humor|"
+    "leadership|legal thriller|lgbtq+|light novel|literary fiction|love inspired|magical realism|manga|"
+    "memoir|mental health|military|mystery|mythology|parenting|philosophy|poetry|post-apocalyptic|"
+    "psychological thriller|religious|romance|science fiction|self-help|short story|steampunk|teen|"
+    "thriller|travel|true crime|ukrainian literature|war|werewolf|western|wicca|young adult"
+)
+PROFESSIONS = _terms(
+    "accountant|actor|actress|agricultural engineer|air traffic controller|anthropologist|architect|"
+    "artist|astronaut|astronomer|athlete|baker|banker|barber|bartender|biologist|bricklayer|butcher|"
+    "carpenter|chef|chemist|civil engineer|clinical psychologist|computer programmer|construction worker|"
+    "counselor|dancer|dentist|designer|dietitian|disc jockey|doctor|economist|editor|electrician|"
+    "environmental scientist|event planner|farmer|fashion designer|film director|financial advisor|"
+    "firefighter|fisherman|florist|forensic scientist|game developer|geologist|hairdresser|historian|"
+    "interior designer|investigative journalist|journalist|judge|lawyer|librarian|lifeguard|locksmith|"
+    "makeup artist|marine biologist|mason|massage therapist|mathematician|mechanic|meteorologist|midwife|"
+    "military officer|miner|musician|nurse|occupational therapist|oceanographer|painter|paramedic|"
+    "pediatrician|pharmacist|photographer|physician|physicist|pilot|plumber|podiatrist|police officer|"
+    "professor|psychiatrist|psychologist|real estate agent|reporter|research scientist|roofer|sailor|"
+    "scientist|shoemaker|singer|social worker|sociologist|software engineer|surgeon|tailor|taxi driver|"
+    "teacher|travel agent|veterinarian|videographer|waiter|waitress|writer|zoologist"
+)
+AWARDS = {  # canonical name -> the phrases that name it
+    "Hugo Award": ("Hugo Award",),
+    "Nebula Award": ("Nebula Award",),
+    "Booker Prize": ("Booker Prize", "Booker International Prize"),
+    "Bram Stoker Award": ("Bram Stoker Award",),
+    "Edgar Allan Poe Award": ("Edgar Allan Poe Award", "Edgar Award"),
+    "Lambda Literary Award": ("Lambda Literary Award",),
+    "World Fantasy Award": ("World Fantasy Award",),
+    "Pulitzer Prize": ("Pulitzer Prize",),
+    "Nobel Prize": ("Nobel Prize",),
+    "RITA Award": ("RITA Award",),
+    "Locus Award": ("Locus Award",),
+    "PEN/Faulkner Award": ("Faulkner Award",),
+    "Caine Prize": ("Caine Prize",),
+    "Pushcart Prize": ("Pushcart Prize",),
+    "Golden Spur Award": ("Golden Spur Award",),
+    "Costa Book Award": ("Costa Book Award",),
+    "Agatha Award": ("Agatha Award",),
+    "Governor General's Award": ("Governor General's Award",),
+}
+MALE_WORDS = ("he", "him", "his", "himself")
+FEMALE_WORDS = ("she", "her", "hers", "herself")
+_NAME = re.compile(r"\b[A-Z][\w'’.-]+(?: (?:de |van |von |al-|Al-)?[A-Z][\w'’.-]+){1,3}")
+
+
+@functools.cache
+def _vocabulary_pattern(phrases: tuple[str, ...]) -> re.Pattern:
+    # longest first: at each position the longest phrase matches, so "nurse" inside "registered nurse" does not
+    alternatives = "|".join(re.escape(phrase) for phrase in sorted(phrases, key=len, reverse=True))
+    return re.compile(rf"(?<![\w-])(?:{alternatives})(?![\w-])", re.IGNORECASE)
+
+
+def _words(text: str, phrases: tuple[str, ...]) -> list[str]:
+    """Every phrase of ``phrases`` in ``text`` (whole words, any case), a longer phrase hiding those inside it."""
+    spelling = {phrase.lower(): phrase for phrase in phrases}
+    return [spelling[match.lower()] for match in _vocabulary_pattern(phrases).findall(text)]
+
+
+def _clear_winner(values: list[str], at_least: int = 1) -> str | None:
+    """The most frequent value if it has ``at_least`` votes and more than any other, else None (never a guess)."""
+    ranked = Counter(values).most_common(2)
+    if not ranked or ranked[0][1] < at_least or (len(ranked) == 2 and ranked[1][1] == ranked[0][1]):
+        return None
+    return ranked[0][0]
+
+
+def _unique(values: list[str]) -> str | None:
+    """The one value the records state, or None when they state none or disagree."""
+    return values[0] if values and len(set(values)) == 1 else None
+
+
+def _author_name(questions: list[str]) -> str | None:
+    names = [name.removesuffix("'s").removesuffix("’s") for q in questions for name in _NAME.findall(q)]
+    return _clear_winner(names, at_least=3)
+
+
+def _place(texts: list[str]) -> tuple[str | None, str | None]:
+    """(city, country) from "City, Country" phrases; the country a clear majority of them name."""
+    pattern = re.compile(rf"\b([A-Z][\w'’.-]+(?: [A-Z][\w'’.-]+)?), ({'|'.join(map(re.escape, COUNTRIES))})\b")
+    pairs = [match.groups() for text in texts for match in pattern.finditer(text)]
+    country = _clear_winner([country for _, country in pairs])
+    cities = [city for city, c in pairs if c == country]
+    return _clear_winner(cities), country
+
+
+def _parent_jobs(texts: list[str], parent: str) -> str | None:
+    """The profession stated in clauses that name ``parent`` ("father"/"mother") and not the other parent."""
+    other = "mother" if parent == "father" else "father"
+    jobs = []
+    for text in texts:
+        for clause in re.split(r",|;| and | while | whereas | but ", text):
+            lowered = clause.lower()
+            if parent in lowered and other not in lowered:
+                jobs += _words(lowered, PROFESSIONS)
+    return _unique(jobs)
+
+
+def _gender(answers: list[str]) -> str | None:
+    """male/female when one set of pronouns has at least 5 uses and 5 times as many as the other."""
+    text = " ".join(answers)
+    male, female = len(_words(text, MALE_WORDS)), len(_words(text, FEMALE_WORDS))
+    if male >= 5 and male >= 5 * female:
+        return "male"
+    if female >= 5 and female >= 5 * male:
+        return "female"
+    return None
+
+
+def _birth_decade(texts: list[str]) -> str | None:
+    years = [
+        int(m.group(1))
+        for t in texts
+        for s in re.split(r"(?<=\.) ", t)
+        if "born" in s
+        for m in [re.search(r"\b(1[89]\d\d|20[0-2]\d)\b", s)]
+        if m
+    ]
+    return _unique([f"{year // 10 * 10}s" for year in years])
+
+
+def tofu_attributes(records: list[dict]) -> Author | None:
+    """One TOFU author's attributes read from its QA records (unknown ones absent); None without a clear name."""
+    questions = [r["question"] for r in records]
+    answers = [r["answer"] for r in records]
+    texts = [f"{q} {a}" for q, a in zip(questions, answers, strict=True)]
+    name = _author_name(questions)
+    if name is None:
+        return None
+    city, country = _place(texts)
+    genre_sentences = [s for t in texts for s in re.split(r"(?<=[.?]) ", t) if "genre" in s.lower()]
+    awards = [canonical for t in texts for canonical, names in AWARDS.items() if _words(t, names)]
+    values = {
+        "genre": _clear_winner([g for s in genre_sentences for g in _words(s, GENRE_WORDS)], at_least=2),
+        "born in": country,
+        "gender": _gender(answers),
+        "award": _unique(awards),
+        "father": _parent_jobs(texts, "father"),
+        "mother": _parent_jobs(texts, "mother"),
+        "birth decade": _birth_decade(texts),
+    }
+    return Author("", name, {g: v for g, v in values.items() if v is not None}, city)
+
+
+def tofu_authors(tofu_dir: Path, num_authors: int | None) -> list[Author]:
+    """The authors of TOFU's ``full.json`` (20 consecutive records each), first ``num_authors`` of them."""
+    path = tofu_dir / "full.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"tofu_dir={str(tofu_dir)!r} has no full.json (TOFU's 4000 QA records)")
+    records = read_jsonl(path)
+    total = len(records) // TOFU_RECORDS_PER_AUTHOR
+    authors = []
+    for index in range(total if num_authors is None else min(num_authors, total)):
+        chunk = records[index * TOFU_RECORDS_PER_AUTHOR : (index + 1) * TOFU_RECORDS_PER_AUTHOR]
+        author = tofu_attributes(chunk)
+        if author is not None:
+            authors.append(Author(f"tofu-{index}", author.name, author.values, author.city))
+    return authors
+
+
 def _sentence(group: str, value: str, author: Author, rng: random.Random) -> str:
     subject = rng.choice(SUBJECTS).format(name=author.name)
     fields = {"s": subject, "p": f"{subject}'s", "v": value, "a": _article(value)}
@@ -202,5 +388,10 @@ def concept_items(
             raise ValueError(f"{name}={value!r} is invalid, expected an integer >= 1")
     if num_authors is not None and (not isinstance(num_authors, int) or num_authors < 1):
         raise ValueError(f"num_authors={num_authors!r} is invalid, expected an integer >= 1 or None")
-    authors = fictitious_authors(num_authors or 100, seed)
+    if source == "fictitious":
+        authors = fictitious_authors(num_authors or 100, seed)
+    elif tofu_dir is None:
+        raise ValueError("source='tofu' needs tofu_dir, the directory that holds TOFU's full.json")
+    else:
+        authors = tofu_authors(Path(tofu_dir).expanduser(), num_authors)
     return items_from_authors(drop_rare_values(authors, min_count), variants_per_author, seed)
