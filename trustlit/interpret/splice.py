@@ -1,0 +1,121 @@
+"""SpLiCE: an embedding as a sparse non-negative combination of concept embeddings.
+
+Bhalla, Oesterling, Srinivas, Calmon, Lakkaraju, "Interpreting CLIP with Sparse Linear Concept Embeddings
+(SpLiCE)" (NeurIPS 2024, arXiv 2402.10376; code AI4LIFE-GROUP/SpLiCE). With unit-norm embeddings ``e``
+[N, D], the embedding mean ``mu`` (SpLiCE's image mean), and concept embeddings ``g`` [C, D],
+
+    v = normalize(normalize(e) - mu)                              centred targets [N, D]
+    G = normalize(normalize(g) - mean_c normalize(g))             centred dictionary [C, D]
+    w = argmin_{w >= 0}  ||v - w G||_2^2 + l1 ||w||_1              sparse weights [N, C]
+
+solved, as released, by ADMM on the split ``x = z`` with penalty ``rho``:
+
+    x <- (2 G G^T + rho I)^{-1} (2 G v^T + rho (z - u))           (Cholesky factor computed once)
+    z <- max(x + u - l1 / rho, 0)
+    u <- u + x - z
+
+stopping when every column's primal ``||x - z||`` and dual ``||rho (z - z_old)||`` residuals are below ``tol``;
+the weights are ``z``. The reconstruction is ``normalize(normalize(w G) + mu)``. Defaults as in the released
+``SPLICE`` module's ADMM: ``rho = 5``, ``tol = 1e-6``, ``max_iter = 2000``; ``mu`` defaults to the mean of the
+given unit-norm embeddings (the release ships a precomputed MSCOCO image mean per CLIP model).
+
+Notes: docs/methods/splice.md
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from trustlit.privacy.mechanisms import check_positive
+
+Array = np.ndarray | torch.Tensor
+
+
+def _as_matrix(values: Array, name: str) -> torch.Tensor:
+    matrix = torch.as_tensor(np.asarray(values) if not isinstance(values, torch.Tensor) else values)
+    if matrix.ndim != 2 or matrix.shape[0] == 0 or not torch.isfinite(matrix).all():
+        raise ValueError(f"{name} must be a finite [rows, dim] matrix with at least one row, got {tuple(matrix.shape)}")
+    return matrix.detach().to(torch.float64)
+
+
+def _normalize(matrix: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.normalize(matrix, dim=-1)
+
+
+def embedding_mean(embeddings: Array) -> torch.Tensor:
+    """``mu``: the mean of the unit-normalised embeddings (SpLiCE's image mean, computed on the given set)."""
+    return _normalize(_as_matrix(embeddings, "embeddings")).mean(dim=0)
+
+
+def center_concepts(concept_embeddings: Array) -> torch.Tensor:
+    """The centred dictionary ``G = normalize(normalize(g) - mean normalize(g))`` [C, D]."""
+    concepts = _normalize(_as_matrix(concept_embeddings, "concept_embeddings"))
+    return _normalize(concepts - concepts.mean(dim=0))
+
+
+def admm(
+    dictionary: torch.Tensor,
+    targets: torch.Tensor,
+    l1: float,
+    *,
+    rho: float = 5.0,
+    tol: float = 1e-6,
+    max_iter: int = 2000,
+) -> torch.Tensor:
+    """``argmin_{w >= 0} ||v - w G||^2 + l1 ||w||_1`` for every row ``v`` of ``targets``: weights [N, C]."""
+    count = dictionary.shape[0]
+    factor = torch.linalg.cholesky(2 * dictionary @ dictionary.T + rho * torch.eye(count, dtype=dictionary.dtype))
+    linear = 2 * dictionary @ targets.T  # [C, N]
+    # zeros rather than the release's random start: the problem is convex, the optimum is the same
+    z = torch.zeros_like(linear)
+    u = torch.zeros_like(linear)
+    for _ in range(max_iter):
+        x = torch.cholesky_solve(linear + rho * (z - u), factor)
+        z_old, z = z, torch.clamp(x + u - l1 / rho, min=0)
+        u = u + x - z
+        primal = torch.linalg.norm(x - z, dim=0).max()
+        dual = torch.linalg.norm(rho * (z - z_old), dim=0).max()
+        if primal < tol and dual < tol:
+            break
+    return z.T
+
+
+def splice(
+    embeddings: Array,
+    concept_embeddings: Array,
+    l1: float,
+    *,
+    mean: Array | None = None,
+    rho: float = 5.0,
+    tol: float = 1e-6,
+    max_iter: int = 2000,
+) -> Array:
+    """SpLiCE weights [N, C] (module docstring) of ``embeddings`` [N, D] over ``concept_embeddings`` [C, D]:
+    non-negative, sparse; numpy in, numpy out; torch in, torch out. ``mean``: ``mu`` [D], default the
+    embeddings' own mean (:func:`embedding_mean`); pass zeros to only normalise."""
+    if not isinstance(l1, int | float) or not np.isfinite(l1) or l1 < 0:
+        raise ValueError(f"l1={l1!r} is invalid, expected a finite number >= 0")
+    rho, tol = check_positive("rho", rho), check_positive("tol", tol)
+    if not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"max_iter={max_iter!r} is invalid, expected an integer >= 1")
+    vectors = _as_matrix(embeddings, "embeddings")
+    dictionary = center_concepts(concept_embeddings)
+    if vectors.shape[1] != dictionary.shape[1]:
+        raise ValueError(
+            f"embeddings have dimension {vectors.shape[1]} but concept_embeddings {dictionary.shape[1]}: "
+            "both must come from the same encoder"
+        )
+    mu = embedding_mean(vectors) if mean is None else _as_matrix(torch.as_tensor(mean).reshape(1, -1), "mean")[0]
+    targets = _normalize(_normalize(vectors) - mu)
+    weights = admm(dictionary, targets, float(l1), rho=rho, tol=tol, max_iter=max_iter)
+    if isinstance(embeddings, torch.Tensor):
+        return weights.to(embeddings.dtype if embeddings.is_floating_point() else torch.float32)
+    return weights.numpy().astype(np.float32)
+
+
+def recompose(weights: Array, concept_embeddings: Array, mean: Array) -> torch.Tensor:
+    """SpLiCE's reconstruction ``normalize(normalize(w G) + mu)`` [N, D] of weights [N, C]."""
+    dictionary = center_concepts(concept_embeddings)
+    combination = _as_matrix(weights, "weights") @ dictionary
+    return _normalize(_normalize(combination) + torch.as_tensor(mean, dtype=torch.float64).reshape(1, -1))
