@@ -163,6 +163,13 @@ def test_exact_betweenness_equals_sampling_every_node() -> None:
 # ---- peers: GraphRicciCurvature and the released toper package ----
 
 
+def test_edge_triangles_count_common_neighbours() -> None:
+    for G in [*small_graphs(), nx.complete_graph(6), nx.barabasi_albert_graph(200, 6, seed=6), nx.Graph([(0, 1)])]:
+        index = GraphIndex.from_graph(G)
+        expected = [len(set(G[index.nodes[a]]) & set(G[index.nodes[b]])) for a, b in zip(index.u, index.v, strict=True)]
+        np.testing.assert_array_equal(index.edge_triangles(), expected)
+
+
 def test_forman_matches_graph_ricci_curvature() -> None:
     from GraphRicciCurvature.FormanRicci import FormanRicci
 

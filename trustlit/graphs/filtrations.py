@@ -36,6 +36,8 @@ __all__ = [
 
 # Rows of the all-sources BFS done at once by closeness: CHUNK x n float64 distances stay below ~100 MB at n = 1e5.
 _CLOSENESS_CHUNK = 128
+# Candidate triangles tested at once by edge_triangles (a few int64 arrays of this length).
+_WEDGE_CHUNK = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,40 @@ class GraphIndex:
 
     def has_self_loops(self) -> bool:
         return bool(np.any(self.u == self.v))
+
+    def edge_triangles(self) -> np.ndarray:
+        """t(e), the number of triangles on each edge of a simple graph, by the forward algorithm: edges point from
+        lower to higher (degree, position) rank, which keeps every out-list short (at most sqrt(2|E|)), and each
+        triangle a < b < c is found once, at a -> b with c in out(a) and b -> c an edge, then credited to its 3 edges.
+        (A @ A would hold a dense row per hub: 2.4e8 entries on a 1e5-node Barabasi-Albert graph.)
+        """
+        n, m = self.n_nodes, self.n_edges
+        rank = np.empty(n, dtype=np.int64)
+        rank[np.lexsort((np.arange(n), self.degree()))] = np.arange(n)
+        swap = rank[self.u] > rank[self.v]
+        low, high = np.where(swap, self.v, self.u), np.where(swap, self.u, self.v)
+        keys = low * n + high
+        order = np.argsort(keys)
+        keys, low, high = keys[order], low[order], high[order]
+        start = np.searchsorted(low, np.arange(n))
+        wedges = np.bincount(low, minlength=n)[low]  # candidates c in out(a) for the edge a -> b
+        cumulative = np.cumsum(wedges)
+        counts = np.zeros(m, dtype=np.int64)
+        first = 0
+        while first < m:
+            limit = cumulative[first] - wedges[first] + _WEDGE_CHUNK
+            last = max(first + 1, int(np.searchsorted(cumulative, limit, side="right")))
+            per = wedges[first:last]
+            ab = np.repeat(np.arange(first, last), per)
+            ac = start[low[ab]] + np.arange(per.sum()) - np.repeat(np.cumsum(per) - per, per)
+            query = high[ab] * n + high[ac]
+            bc = np.minimum(np.searchsorted(keys, query), m - 1)
+            found = keys[bc] == query
+            counts += np.bincount(np.concatenate([ab[found], ac[found], bc[found]]), minlength=m)
+            first = last
+        triangles = np.empty(m, dtype=np.int64)
+        triangles[order] = counts
+        return triangles
 
 
 FiltrationFunction = Callable[[nx.Graph, GraphIndex], np.ndarray]
@@ -162,10 +198,8 @@ def forman_curvature(G: nx.Graph, index: GraphIndex) -> np.ndarray:
     number of triangles on e (Samal et al. 2018; GraphRicciCurvature's default ``method="augmented"`` with unit
     weights, which the released TopER code calls).
     """
-    adjacency = index.adjacency()
     degree = index.degree()
-    triangles = np.asarray((adjacency @ adjacency)[index.u, index.v]).ravel()
-    return 4.0 - degree[index.u] - degree[index.v] + 3.0 * triangles
+    return 4.0 - degree[index.u] - degree[index.v] + 3.0 * index.edge_triangles()
 
 
 def _ollivier_curvature(G: nx.Graph, index: GraphIndex) -> np.ndarray:
