@@ -7,11 +7,13 @@ import re
 
 import numpy as np
 import pytest
+import torch
 from helpers import SHARED_DATA
 
 from trustlit.data.concepts import (
     Author,
     ConceptItems,
+    EmbeddingConceptDataModule,
     concept_items,
     drop_rare_values,
     fictitious_authors,
@@ -208,3 +210,90 @@ def test_tofu_items_are_exact(tofu):
 def test_tofu_dir_without_full_json(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"has no full\.json"):
         concept_items("tofu", tofu_dir=tmp_path)
+
+
+def test_datamodule_generated_and_cached(tmp_path, one_thread):
+    dm = EmbeddingConceptDataModule(
+        source="fictitious", num_authors=12, variants_per_author=2, cache_dir=str(tmp_path), batch_size=8, seed=1
+    )
+    dm.setup("fit")
+    assert dm.embedding_dim == 384 and dm.num_concepts == len(dm.concept_names) > 0
+    assert {split: len(rows) for split, rows in dm.rows.items()} == {"test": 2, "val": 2, "train": 20}
+    assert sorted(np.concatenate(list(dm.rows.values())).tolist()) == list(range(24))
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["embeddings"].shape == (8, 384) and batch["embeddings"].dtype == torch.float32
+    assert batch["concepts"].shape == (8, dm.num_concepts) and set(batch["concepts"].unique().tolist()) <= {0.0, 1.0}
+    assert batch["index"].dtype == torch.long
+    # the batch's rows are the generated items': concept row and embedding agree with the item it names
+    items = concept_items("fictitious", num_authors=12, variants_per_author=2, seed=1)
+    rows = dm.rows["train"][batch["index"].numpy()]
+    np.testing.assert_array_equal(batch["concepts"].numpy(), items.concepts[rows])
+    assert [dm.texts[r] for r in rows] == [items.texts[r] for r in rows]
+    assert len(list(tmp_path.glob("minilm-*.npy"))) == 1  # embedded once, then read from the cache
+    again = EmbeddingConceptDataModule(
+        source="fictitious", num_authors=12, variants_per_author=2, cache_dir=str(tmp_path), seed=1
+    )
+    again.setup()
+    torch.testing.assert_close(again.splits["train"].embeddings, dm.splits["train"].embeddings)
+
+
+def write_files(tmp_path, embeddings, concepts, names=None, suffix=".csv"):
+    np.save(tmp_path / "e.npy", embeddings)
+    concepts_path = tmp_path / f"c{suffix}"
+    if suffix == ".csv":
+        np.savetxt(concepts_path, concepts, delimiter=",", fmt="%g")
+    else:
+        np.save(concepts_path, concepts)
+    kwargs = {"embeddings_path": str(tmp_path / "e.npy"), "concepts_path": str(concepts_path)}
+    if names is not None:
+        (tmp_path / "names.txt").write_text("\n".join(names) + "\n")
+        kwargs["concept_names_path"] = str(tmp_path / "names.txt")
+    return kwargs
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".npy"])
+def test_datamodule_from_files(tmp_path, suffix):
+    rng = np.random.default_rng(0)
+    embeddings, concepts = rng.normal(size=(30, 5)), rng.random((30, 3)) < 0.5
+    kwargs = write_files(tmp_path, embeddings, concepts.astype(int), ["red", "round", "big"], suffix)
+    dm = EmbeddingConceptDataModule(**kwargs, val_fraction=0.2, test_fraction=0.0, batch_size=64)
+    dm.setup()
+    assert dm.concept_names == ["red", "round", "big"] and dm.embedding_dim == 5 and dm.num_concepts == 3
+    val = next(iter(dm.val_dataloader()))
+    rows = dm.rows["val"]
+    assert len(rows) == 6 and len(dm.rows["test"]) == 0
+    np.testing.assert_allclose(val["embeddings"].numpy(), embeddings[rows].astype(np.float32))
+    np.testing.assert_array_equal(val["concepts"].numpy(), concepts[rows])
+    unnamed = EmbeddingConceptDataModule(**{k: v for k, v in kwargs.items() if k != "concept_names_path"})
+    unnamed.setup()
+    assert unnamed.concept_names == ["concept_0", "concept_1", "concept_2"]
+
+
+def test_datamodule_bad_files(tmp_path):
+    kwargs = write_files(tmp_path, np.zeros((4, 2)), np.array([[0, 1], [1, 0], [0.5, 1], [1, 1]]))
+    with pytest.raises(ValueError, match=r"c\.csv'?: value 0\.5 at row 2, column 0 is not binary"):
+        EmbeddingConceptDataModule(**kwargs).setup()
+    kwargs = write_files(tmp_path, np.zeros((5, 2)), np.ones((4, 2)), suffix=".npy")
+    with pytest.raises(ValueError, match=r"e\.npy' has 5 rows but concepts_path=.*c\.npy' has 4"):
+        EmbeddingConceptDataModule(**kwargs).setup()
+    kwargs = write_files(tmp_path, np.zeros((4, 2)), np.ones((4, 2)), ["only one"])
+    with pytest.raises(ValueError, match="has 1 names for 2 concepts"):
+        EmbeddingConceptDataModule(**kwargs).setup()
+    with pytest.raises(FileNotFoundError, match=r"embeddings_path='/no/e\.npy': no such file"):
+        EmbeddingConceptDataModule(embeddings_path="/no/e.npy", concepts_path="/no/c.npy").setup()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "give either source"),
+        ({"source": "fictitious", "embeddings_path": "e.npy", "concepts_path": "c.npy"}, "give either source"),
+        ({"embeddings_path": "e.npy"}, "give either source"),
+        ({"source": "coco"}, "source='coco' is invalid"),
+        ({"source": "fictitious", "val_fraction": 0.5, "test_fraction": 0.5}, "must be below 1"),
+        ({"source": "fictitious", "batch_size": 0}, "batch_size=0 is invalid"),
+    ],
+)
+def test_datamodule_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        EmbeddingConceptDataModule(**kwargs)

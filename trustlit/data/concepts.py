@@ -28,10 +28,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import lightning as L
 import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
 
 from trustlit.data.qa import read_jsonl
 from trustlit.fictitious import generate_authors
+from trustlit.hparams import ClosedUnitInterval, NonNegativeInt, PositiveInt, check_arguments
 
 SOURCES = ("fictitious", "tofu")
 # concept groups, in column order; a concept is named "<group>: <value>"
@@ -395,3 +399,179 @@ def concept_items(
     else:
         authors = tofu_authors(Path(tofu_dir).expanduser(), num_authors)
     return items_from_authors(drop_rare_values(authors, min_count), variants_per_author, seed)
+
+
+class _EmbeddingConcepts(Dataset):
+    """Rows of one split as ``{"embeddings", "concepts", "index"}`` (index: the position within the split)."""
+
+    def __init__(self, embeddings: torch.Tensor, concepts: torch.Tensor) -> None:
+        self.embeddings, self.concepts = embeddings, concepts
+
+    def __len__(self) -> int:
+        return len(self.embeddings)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {
+            "embeddings": self.embeddings[index],
+            "concepts": self.concepts[index],
+            "index": torch.tensor(index, dtype=torch.long),
+        }
+
+
+def load_concept_matrix(path: Path) -> np.ndarray:
+    """A binary [N, K] matrix from ``.npy`` or ``.csv`` (comma separated, no header); a value that is not 0/1
+    (or true/false) is an error naming the file, the value and where it is."""
+    if path.suffix == ".npy":
+        matrix = np.load(path, allow_pickle=False)
+    elif path.suffix == ".csv":
+        matrix = np.loadtxt(path, delimiter=",", ndmin=2, dtype=np.float64)
+    else:
+        raise ValueError(f"concepts_path={str(path)!r} is invalid, expected a .npy or .csv file")
+    matrix = np.asarray(matrix)
+    if matrix.ndim != 2:
+        raise ValueError(f"concepts_path={str(path)!r}: expected an [N, K] matrix, got shape {matrix.shape}")
+    if matrix.dtype != np.bool_:
+        bad = ~np.isin(matrix, (0, 1))
+        if bad.any():
+            row, column = np.argwhere(bad)[0]
+            raise ValueError(
+                f"concepts_path={str(path)!r}: value {matrix[row, column].item()!r} at row {row}, column {column} "
+                "is not binary (concept annotations must be 0/1)"
+            )
+    return matrix.astype(bool)
+
+
+def _existing(name: str, path: str | Path) -> Path:
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"{name}={str(path)!r}: no such file")
+    return file
+
+
+class EmbeddingConceptDataModule(L.LightningDataModule):
+    """Embeddings [N, D] with binary concept annotations [N, K] and concept names, split train/val/test.
+
+    Either generated: ``source`` (``fictitious`` or ``tofu``: :func:`concept_items`) embedded once by
+    ``encoder`` (:func:`trustlit.interpret.encoders.encode`, cached under ``cache_dir``); or read:
+    ``embeddings_path`` (.npy [N, D]), ``concepts_path`` (.npy or .csv [N, K], 0/1) and optionally
+    ``concept_names_path`` (one name a line; default ``concept_<k>``). A seeded permutation puts the first
+    ``round(test_fraction N)`` rows in test, the next ``round(val_fraction N)`` in validation. Batches are
+    ``{"embeddings": float [B, D], "concepts": float [B, K], "index": long [B]}``, ``index`` being the row's
+    position within its split (``rows[split][index]`` is its row in the whole set, ``texts`` its text when
+    generated)."""
+
+    def __init__(
+        self,
+        source: str | None = None,
+        encoder: str = "minilm",
+        num_authors: PositiveInt | None = None,
+        variants_per_author: PositiveInt = 5,
+        min_count: PositiveInt = 3,
+        tofu_dir: str | None = None,
+        embeddings_path: str | None = None,
+        concepts_path: str | None = None,
+        concept_names_path: str | None = None,
+        cache_dir: str | None = None,
+        val_fraction: ClosedUnitInterval = 0.1,
+        test_fraction: ClosedUnitInterval = 0.1,
+        batch_size: PositiveInt = 256,
+        num_workers: NonNegativeInt = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        check_arguments(EmbeddingConceptDataModule.__init__, locals())
+        if (source is None) == (embeddings_path is None) or (embeddings_path is None) != (concepts_path is None):
+            raise ValueError(
+                "EmbeddingConceptDataModule: give either source (with encoder) or embeddings_path and "
+                f"concepts_path, got source={source!r}, embeddings_path={embeddings_path!r}, "
+                f"concepts_path={concepts_path!r}"
+            )
+        if source is not None and source not in SOURCES:
+            raise ValueError(f"EmbeddingConceptDataModule: source={source!r} is invalid, expected one of {SOURCES}")
+        if val_fraction + test_fraction >= 1:
+            raise ValueError(f"val_fraction ({val_fraction}) + test_fraction ({test_fraction}) must be below 1")
+        self.save_hyperparameters()
+        self.splits: dict[str, _EmbeddingConcepts] = {}
+        self.rows: dict[str, np.ndarray] = {}
+        self.texts: list[str] | None = None
+        self.concept_names: list[str] = []
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.splits["train"].embeddings.shape[1]
+
+    @property
+    def num_concepts(self) -> int:
+        return len(self.concept_names)
+
+    def _generated(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        from trustlit.interpret.encoders import encode
+
+        h = self.hparams
+        items = concept_items(
+            h.source,
+            num_authors=h.num_authors,
+            variants_per_author=h.variants_per_author,
+            seed=h.seed,
+            tofu_dir=h.tofu_dir,
+            min_count=h.min_count,
+        )
+        self.texts = items.texts
+        return encode(items.texts, h.encoder, cache_dir=h.cache_dir), items.concepts, items.concept_names
+
+    def _read(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        h = self.hparams
+        embeddings_file = _existing("embeddings_path", h.embeddings_path)
+        embeddings = np.load(embeddings_file, allow_pickle=False)
+        if embeddings.ndim != 2 or not np.isfinite(embeddings).all():
+            raise ValueError(f"embeddings_path={h.embeddings_path!r}: expected a finite [N, D] matrix")
+        concepts = load_concept_matrix(_existing("concepts_path", h.concepts_path))
+        if len(concepts) != len(embeddings):
+            raise ValueError(
+                f"embeddings_path={h.embeddings_path!r} has {len(embeddings)} rows but concepts_path="
+                f"{h.concepts_path!r} has {len(concepts)}: one concept row per embedding"
+            )
+        if h.concept_names_path is None:
+            return embeddings, concepts, [f"concept_{k}" for k in range(concepts.shape[1])]
+        lines = _existing("concept_names_path", h.concept_names_path).read_text(encoding="utf-8").splitlines()
+        names = [line.strip() for line in lines if line.strip()]
+        if len(names) != concepts.shape[1]:
+            raise ValueError(
+                f"concept_names_path={h.concept_names_path!r} has {len(names)} names for {concepts.shape[1]} concepts"
+            )
+        return embeddings, concepts, names
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        embeddings, concepts, self.concept_names = self._generated() if self.hparams.source else self._read()
+        order = np.random.default_rng(self.hparams.seed).permutation(len(embeddings))
+        num_test = round(self.hparams.test_fraction * len(order))
+        num_val = round(self.hparams.val_fraction * len(order))
+        bounds = {"test": (0, num_test), "val": (num_test, num_test + num_val), "train": (num_test + num_val, None)}
+        for split, (start, stop) in bounds.items():
+            rows = np.sort(order[start:stop])
+            self.rows[split] = rows
+            self.splits[split] = _EmbeddingConcepts(
+                torch.as_tensor(embeddings[rows], dtype=torch.float32),
+                torch.as_tensor(concepts[rows], dtype=torch.float32),
+            )
+
+    def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.hparams.seed) if shuffle else None
+        return DataLoader(
+            self.splits[split],
+            batch_size=self.hparams.batch_size,
+            shuffle=shuffle,
+            generator=generator,
+            num_workers=self.hparams.num_workers,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")
