@@ -280,34 +280,30 @@ def text_stimuli(
 
 
 def simulated_data(
-    items: str,
+    concepts: np.ndarray,
+    embeddings: np.ndarray,
+    concept_names: list[str],
     *,
-    num_stimuli: int,
-    num_concepts: int,
-    num_authors: int | None,
-    variants_per_author: int,
     grid: tuple[int, int, int],
     noise: float,
     nuisance: float,
     gain_spread: float,
     test_fraction: float,
     seed: int,
-    cache_dir: str | None,
 ) -> DecodingData:
-    """Stimuli (``items``) with simulated voxels, a seeded ``test_fraction`` held out."""
-    if items == "generated":
-        c, h, names = generated_stimuli(num_stimuli, num_concepts, 64, seed)
-    else:
-        c, h, names = text_stimuli(items, num_authors, variants_per_author, seed, cache_dir)
-    sim = simulate_voxels(c, names, grid=grid, noise=noise, nuisance=nuisance, gain_spread=gain_spread, seed=seed)
-    test = np.zeros(len(c), dtype=bool)
-    test[np.random.default_rng(seed).permutation(len(c))[: max(2, round(test_fraction * len(c)))]] = True
+    """Stimuli with simulated voxels (:func:`~trustlit.neuro.simulator.simulate_voxels` at ``seed``), a seeded
+    ``test_fraction`` held out."""
+    sim = simulate_voxels(
+        concepts, concept_names, grid=grid, noise=noise, nuisance=nuisance, gain_spread=gain_spread, seed=seed
+    )
+    test = np.zeros(len(concepts), dtype=bool)
+    test[np.random.default_rng(seed).permutation(len(concepts))[: max(2, round(test_fraction * len(concepts)))]] = True
     return DecodingData(
         voxels=sim.voxels.astype(np.float64),
-        concepts=c,
-        embeddings=h,
+        concepts=concepts,
+        embeddings=embeddings,
         test=test,
-        concept_names=names,
+        concept_names=concept_names,
         concept_regions=sim.concept_regions,
         region_masks=sim.region_masks,
         region_names=REGIONS,
@@ -385,19 +381,18 @@ class FMRIDecodingDataModule(L.LightningDataModule):
                 seed=int(hp.seed),
             )
             return
+        if hp["items"] == "generated":
+            stimuli = generated_stimuli(int(hp.num_stimuli), int(hp.num_concepts), 64, int(hp.seed))
+        else:
+            stimuli = text_stimuli(hp["items"], hp.num_authors, int(hp.variants_per_author), int(hp.seed), hp.cache_dir)
         self.data = simulated_data(
-            hp["items"],
-            num_stimuli=int(hp.num_stimuli),
-            num_concepts=int(hp.num_concepts),
-            num_authors=hp.num_authors,
-            variants_per_author=int(hp.variants_per_author),
+            *stimuli,
             grid=tuple(int(n) for n in hp.grid),
             noise=float(hp.noise),
             nuisance=float(hp.nuisance),
             gain_spread=float(hp.gain_spread),
             test_fraction=float(hp.test_fraction),
             seed=int(hp.seed),
-            cache_dir=hp.cache_dir,
         )
 
     @property
