@@ -201,6 +201,15 @@ def test_node_and_forman_features_equal_the_released_toper() -> None:
         np.testing.assert_allclose(toper_dataset_features(graphs, ours), expected, rtol=1e-9, atol=1e-9)
 
 
+def test_self_loops_count_as_in_the_released_toper() -> None:
+    G = nx.barabasi_albert_graph(15, 2, seed=0)
+    G.add_edges_from([(0, 0), (3, 3)])
+    released = released_toper([G], ["degree", "popularity"])
+    for name in ("degree", "popularity"):
+        expected = np.concatenate([np.array(released[f"{name}_sub"]), np.array(released[f"{name}_super"])], 1)
+        np.testing.assert_allclose(toper_features(G, name), expected[0], atol=1e-9)
+
+
 def test_ollivier_equals_the_released_toper_up_to_its_rounded_thresholds() -> None:
     from toper import get_thresholds_olricci, sub_edge_feat, super_edge_feat
 
