@@ -14,6 +14,7 @@ Notes: docs/methods/toper.md
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -58,8 +59,12 @@ class GraphIndex:
         if G.number_of_nodes() == 0:
             raise ValueError("G has no nodes: TopER needs at least one node")
         nodes = list(G.nodes())
-        position = {node: i for i, node in enumerate(nodes)}
-        ends = np.fromiter((position[w] for e in G.edges() for w in e), dtype=np.int64, count=2 * G.number_of_edges())
+        if nodes == list(range(len(nodes))):  # labels are already positions: skip the lookup (half the time)
+            ends_iter = itertools.chain.from_iterable(G.edges())
+        else:
+            position = {node: i for i, node in enumerate(nodes)}
+            ends_iter = (position[w] for e in G.edges() for w in e)
+        ends = np.fromiter(ends_iter, dtype=np.int64, count=2 * G.number_of_edges())
         return cls(nodes, ends[0::2], ends[1::2])
 
     @property
