@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -154,6 +155,13 @@ def test_recall_targets_are_the_models_nearest_other_item() -> None:
     result = faithfulness(swapped, keys, ks=(1, 2))
     assert result["rows_r@1"] == 0.0 and result["rows_r@2"] == 0.0
     assert faithfulness(keys, keys, ks=(1,))["rows_r@1"] == 100.0
+    # groups {0, 1} and {2, 3}: item 0's target is now its nearest of the other group, item 3 (0.1 > 0.0);
+    # a query for item 0 along (0, 1) ranks item 2 first and misses it
+    groups, queries = torch.tensor([0, 0, 1, 1]), keys.clone()
+    queries[0] = torch.tensor([0.0, 1.0])
+    assert faithfulness(keys, keys, ks=(1,), groups=groups)["rows_r@1"] == 100.0
+    assert faithfulness(queries, keys, ks=(1,), groups=groups)["rows_r@1"] == 75.0
+    assert faithfulness(queries, keys, ks=(1,))["rows_r@1"] == 75.0  # without groups: target 1, ranked below 2, 3
 
 
 # --- training ----------------------------------------------------------------------------------------
@@ -180,6 +188,27 @@ def test_surrogate_recovers_a_planted_linear_concept_model(tmp_path) -> None:
     ours, planted_ = torch.cat([model.weight, model.bias[None]]).flatten(), torch.cat([weight, bias[None]]).flatten()
     assert torch.nn.functional.cosine_similarity(ours.detach(), planted_, dim=0) > 0.95
     assert (tmp_path / "explain_r_concepts.png").stat().st_size > 1000
+
+
+def test_a_stock_trainer_fits_on_the_data_module_and_reads_its_sizes(tmp_path) -> None:
+    from trustlit.data.concepts import EmbeddingConceptDataModule
+
+    concepts, embeddings, _, _ = planted(n=200, k=6, d=8)
+    np.save(tmp_path / "embeddings.npy", embeddings.numpy())
+    np.save(tmp_path / "concepts.npy", concepts.numpy())
+    paths = {"embeddings_path": str(tmp_path / "embeddings.npy"), "concepts_path": str(tmp_path / "concepts.npy")}
+    model = ExplainR(figure_items=1)
+    trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
+    trainer.fit(model, EmbeddingConceptDataModule(**paths, batch_size=64))
+    assert (model.hparams.num_concepts, model.hparams.embedding_dim) == (6, 8)
+    assert {"train/loss", "train/kl", "val/kl", "val/rsum", "val/deletion_sign_agreement"} <= set(
+        trainer.callback_metrics
+    )
+    with pytest.raises(ValueError, match=r"num_concepts=6, but ExplainR has num_concepts=5"):
+        L.Trainer(fast_dev_run=True, logger=False).fit(
+            ExplainR(num_concepts=5, embedding_dim=8), EmbeddingConceptDataModule(**paths)
+        )
 
 
 def test_probe_reads_planted_concepts() -> None:

@@ -47,6 +47,7 @@ from torch import nn
 
 from trustlit.audit.mia import roc_auc
 from trustlit.hparams import NonNegativeFloat, PositiveFloat, PositiveInt, check_arguments, plain_numbers
+from trustlit.interpret.splice import splice
 
 __all__ = [
     "ExplainR",
@@ -58,6 +59,7 @@ __all__ = [
     "moving_average",
     "probe_concepts",
     "similarity_kl",
+    "splice",
     "surrogate",
 ]
 
@@ -199,6 +201,7 @@ def faithfulness(
     keys: torch.Tensor,
     model_queries: torch.Tensor | None = None,
     ks: Sequence[int] = RECALL_AT,
+    groups: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """How well surrogate queries f_i [N, D] reproduce the model's similarities to keys [N, D].
 
@@ -208,7 +211,9 @@ def faithfulness(
     paper's faithfulness rsum. For a text-only encoder the diagonal (an item and itself, always the
     model's top-1) is left out of T, S and the targets. ``pair_rsum``: the same with the item's own key
     as target (the paper's "performance"). ``spearman``: rank correlation of S and T over the pairs
-    i != j. The SpLiCE baseline passes its reconstructions as ``surrogate_queries``.
+    i != j. The SpLiCE baseline passes its reconstructions as ``surrogate_queries``. ``groups`` [N] (text-only
+    encoders): also leave out every pair of the same group (e.g. two descriptions of one author), so R@k asks
+    for the model's nearest item of another group; the pair metrics keep every key.
     """
     text_only = model_queries is None
     model_queries = keys if text_only else model_queries
@@ -220,7 +225,10 @@ def faithfulness(
     unit = nn.functional.normalize
     s = unit(surrogate_queries.float(), dim=-1) @ unit(keys.float(), dim=-1).T
     t = unit(model_queries.float(), dim=-1) @ unit(keys.float(), dim=-1).T
-    off = ~torch.eye(len(keys), dtype=torch.bool, device=keys.device)
+    if groups is not None and (not text_only or groups.shape != (len(keys),)):
+        raise ValueError(f"faithfulness: groups must be [N={len(keys)}] and needs model_queries=None")
+    groups = torch.arange(len(keys), device=keys.device) if groups is None else groups.to(keys.device)
+    off = groups[:, None] != groups[None, :]
     results = {"spearman": spearman(s[off], t[off])}
     masked_s = s.masked_fill(~off, -torch.inf) if text_only else s
     masked_t = t.masked_fill(~off, -torch.inf) if text_only else t
@@ -291,8 +299,8 @@ class ExplainR(L.LightningModule):
     the top concept scores of the first validation items (also to W&B when a WandbLogger is attached).
 
     Args:
-        num_concepts: K, the concept vocabulary size.
-        embedding_dim: D, the model's embedding width.
+        num_concepts: K, the concept vocabulary size (None: the data module's ``num_concepts``, read in ``setup``).
+        embedding_dim: D, the model's embedding width (None: the data module's ``embedding_dim``).
         temperature: tau of the similarity softmax (released 0.1).
         gamma1: moving-average rate of the model's normaliser u, in (0, 1] (released 0.9).
         gamma2: moving-average rate of the surrogate's normaliser v, in (0, 1] (released 0.9).
@@ -307,8 +315,8 @@ class ExplainR(L.LightningModule):
 
     def __init__(
         self,
-        num_concepts: PositiveInt,
-        embedding_dim: PositiveInt,
+        num_concepts: PositiveInt | None = None,
+        embedding_dim: PositiveInt | None = None,
         temperature: PositiveFloat = 0.1,
         gamma1: PositiveFloat = 0.9,
         gamma2: PositiveFloat = 0.9,
@@ -331,7 +339,9 @@ class ExplainR(L.LightningModule):
             raise ValueError(f"ExplainR: figure_items={figure_items!r} is invalid, expected an integer >= 0")
         self.save_hyperparameters()
         plain_numbers(self.hparams)
-        self.encoder = nn.Linear(int(num_concepts), int(embedding_dim))
+        self.encoder: nn.Linear | None = None
+        if num_concepts is not None and embedding_dim is not None:
+            self.build()
         # per item and direction: u (model's normaliser), v (surrogate's); grown to the largest index seen.
         # Not in checkpoints: after a resume every item starts again from its first visit (gamma = 1).
         for name in ("u_rows", "v_rows", "u_columns", "v_columns"):
@@ -357,15 +367,26 @@ class ExplainR(L.LightningModule):
 
     # --- checks -------------------------------------------------------------------------------------
 
+    def build(self) -> None:
+        """The linear map c -> c W + b, once K and D are known."""
+        self.encoder = nn.Linear(int(self.hparams.num_concepts), int(self.hparams.embedding_dim))
+
     def setup(self, stage: str) -> None:
+        """Take K and D from the data module where they were not given, else check that they agree."""
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        for attribute, argument in (("num_concepts", "num_concepts"), ("embedding_dim", "embedding_dim")):
-            found = getattr(datamodule, attribute, None)
-            if found is not None and int(found) != self.hparams[argument]:
+        for name in ("num_concepts", "embedding_dim"):
+            found = getattr(datamodule, name, None)
+            if found is not None and self.hparams[name] is None:
+                self.hparams[name] = int(found)
+            elif found is not None and int(found) != self.hparams[name]:
                 raise ValueError(
-                    f"{type(datamodule).__name__}: {attribute}={int(found)}, but ExplainR has "
-                    f"{argument}={self.hparams[argument]}: set model.init_args.{argument}={int(found)}"
+                    f"{type(datamodule).__name__}: {name}={int(found)}, but ExplainR has "
+                    f"{name}={self.hparams[name]}: set model.init_args.{name}={int(found)} or leave it out"
                 )
+            elif self.hparams[name] is None:
+                raise ValueError(f"ExplainR: {name} is not given and the data module does not say it")
+        if self.encoder is None:
+            self.build()
 
     def unpack(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(concepts, model queries e, keys) of a batch, checked."""
