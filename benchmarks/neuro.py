@@ -4,7 +4,7 @@ simulated voxels.
     .venv/bin/python benchmarks/neuro.py [--sections simulated] [--quick] [--output PATH]
 
 - ``simulated``: :class:`~trustlit.neuro.semantic_bottleneck.SemanticBottleneckDecoder` (Cammarota et al.,
-  NeurIPS 2025: ridge A voxels -> concepts, ridge B concepts -> embedding, 5-fold CV alphas) against
+  NeurIPS 2025: ridge A voxels -> concepts, ridge B concepts -> embedding, one alpha per target) against
   :class:`~trustlit.neuro.semantic_bottleneck.DirectRidgeDecoder` (BrainDiffuser's linear stage) on voxels made by
   the stand-in simulator (:mod:`trustlit.neuro.simulator`; no fMRI is available offline) for the concept-annotated
   author texts (:func:`trustlit.data.concepts.concept_items`, ``fictitious`` and ``tofu``), whose MiniLM embeddings
@@ -44,6 +44,7 @@ COLUMNS = (
     ("bottleneck/two_way", "bottleneck 2-way"),
     ("direct/two_way", "direct 2-way"),
     ("concepts_to_embedding/cosine", "B(true concepts) cosine"),
+    ("concepts_to_embedding/two_way", "B(true concepts) 2-way"),
     ("concept_accuracy", "concept accuracy"),
     ("region_auc_mean", "region AUC"),
 )
@@ -122,21 +123,27 @@ def simulated_section(args: argparse.Namespace) -> str:
 Stimuli: {described} (`concept_items`, MiniLM embeddings as the target space); 20 % of the authors held out.
 Voxels: the stand-in simulator on a {GRID[0]} x {GRID[1]} x {GRID[2]} grid (face / body / place / word regions;
 gender and birth decade -> face, parents' professions -> body, birthplace -> place, genre and award -> word),
-shared nuisance 0.5, response-gain spread 0.3, independent noise as listed. Ridge A on 1e-6..1e6 and B on 1e-3..1e4
-by 5-fold CV (scikit-learn `RidgeCV`), the direct ridge on 1e-6..1e6; mean ± std over {len(seeds)} seed(s)
-(simulator, voxel patterns and held-out authors).
+shared nuisance 0.5, response-gain spread 0.3, independent noise as listed. Ridge A on 1e-6..1e6, B on 1e-3..1e4,
+the direct ridge on 1e-6..1e6, one alpha per target (the paper's himalaya default; scikit-learn `RidgeCV` chooses
+per-target alphas by leave-one-out CV); mean ± std over {len(seeds)} seed(s) (simulator, voxel patterns and
+held-out authors).
 
 {table(header, rows, "ll" + "r" * len(COLUMNS))}
 
-Reading: the paper's claim is a CLIP-similarity drop of at most about 4 % for the bottleneck on NSD. Here the drop
-ranges from {min(drops):.1f} % to {max(drops):.1f} % (negative: the bottleneck is better). The simulated voxels carry
-the concepts and nothing else, and the MiniLM embeddings of these texts are close to linear in their concepts
-(the B(true concepts) column), so the bottleneck loses nothing the voxels hold: its low-rank A B acts as a
-regulariser, which helps most at high noise. On real fMRI, voxels also carry what the questions do not ask
-(layout, low-level features), which the bottleneck discards; this benchmark cannot measure that loss. Region AUC:
-0.5 is chance; A's maps rank the concept's region first but not perfectly, because ridge weights also cancel the
-nuisance shared by all voxels and because many region voxels carry little of a given concept (its strength is
-distributed over a hot subset). Figure: `{FIGURE}` (fictitious texts, noise 1, seed 0).
+Reading: the paper's claim is a CLIP-similarity drop of at most about 4 % for the bottleneck on NSD. Here the
+bottleneck's cosine drop ranges from {min(drops):.1f} % to {max(drops):.1f} % (negative: the bottleneck is the
+better one), and its 2-way identification matches the direct ridge's (within a std) or beats it at every noise
+level: the target is met on this stand-in. That is expected rather than a finding: the simulated voxels carry the
+concepts and nothing else, so the bottleneck discards nothing they hold, and its rank-K map A B regularises. On
+real fMRI the voxels also carry what the questions do not ask (layout, low-level features), which the bottleneck
+loses; this benchmark cannot measure that loss. The raw cosine is high for every decoder (0.6 even without
+information) because MiniLM embeddings of these templated texts share a large common direction; the 2-way
+identification (Pearson) is the discriminating metric, and B on the true concepts (the paper's "Int to CLIP"
+upper bound) sets its ceiling. Concept accuracy is dominated by the many rare concepts (a constant "no" scores
+0.960 on the fictitious items and 0.981 on TOFU's: only noise 0.5 and TOFU at noise 1 clear it). Region AUC (0.5
+is chance) falls with the noise: A's maps rank the concept's region first but not perfectly, because ridge weights
+also cancel the nuisance shared by all voxels and because many region voxels carry little of a given concept (its
+strength is distributed over a hot subset). Figure: `{FIGURE}` (fictitious texts, noise 1, seed 0).
 """
 
 

@@ -120,8 +120,8 @@ class SemanticBottleneckDecoding(AnalysisModule):
     Args:
         alphas: the grid of ridge A and of the direct ridge (default 1e-6..1e6, 13 values, the paper's).
         embedding_alphas: the grid of ridge B (default 1e-3..1e4, the paper's).
-        cv: folds of the cross-validation that picks every alpha (the paper: 5).
-        alpha_per_target: one alpha per target (scikit-learn: leave-one-out CV only).
+        cv: folds of the cross-validation of a shared alpha (``alpha_per_target=False``; the paper: 5).
+        alpha_per_target: one alpha per target (default, as the paper's himalaya; scikit-learn: by leave-one-out).
         binarize: threshold A's scores before B (ours; the paper feeds the continuous scores).
         similarity: of the 2-way identification, ``pearson`` (BrainDiffuser) or ``cosine``.
     """
@@ -131,7 +131,7 @@ class SemanticBottleneckDecoding(AnalysisModule):
         alphas: list[PositiveFloat] | None = None,
         embedding_alphas: list[PositiveFloat] | None = None,
         cv: PositiveInt = 5,
-        alpha_per_target: bool = False,
+        alpha_per_target: bool = True,
         binarize: bool = False,
         similarity: Literal["pearson", "cosine"] = "pearson",
         results_file: str = "decoding.json",

@@ -147,9 +147,11 @@ class SemanticBottleneckDecoder(_Fitted):
     Args:
         alphas: A's grid (default the paper's 1e-6..1e6, 13 values).
         embedding_alphas: B's grid (default the paper's 1e-3..1e4, 8 values).
-        cv: folds of the CV that picks each alpha (the paper: 5).
-        alpha_per_target: one alpha per concept / embedding dimension (the paper's himalaya ``RidgeCV`` does so by
-            K-fold CV; scikit-learn allows it only with leave-one-out CV, which this option then uses).
+        cv: folds of the CV that picks the shared alpha when ``alpha_per_target=False`` (the paper: 5).
+        alpha_per_target: one alpha per concept / embedding dimension (default), as the paper's himalaya
+            ``RidgeCV`` chooses them (by 5-fold CV there); scikit-learn allows per-target alphas only with its
+            efficient leave-one-out CV, which this then uses. False: one alpha for all targets by ``cv``-fold CV
+            (mean R^2), which with many rare concepts drifts to the grid's largest alpha and a constant A.
         standardize: z-score the voxels with the training statistics (BrainDiffuser does).
         binarize: threshold A's scores at ``threshold`` before B (ours; the paper feeds the continuous scores).
 
@@ -162,7 +164,7 @@ class SemanticBottleneckDecoder(_Fitted):
         embedding_alphas: Sequence[float] = EMBEDDING_ALPHAS,
         cv: int = 5,
         *,
-        alpha_per_target: bool = False,
+        alpha_per_target: bool = True,
         standardize: bool = True,
         binarize: bool = False,
         threshold: float = 0.5,
@@ -229,7 +231,8 @@ class SemanticBottleneckDecoder(_Fitted):
 
 class DirectRidgeDecoder(_Fitted):
     """BrainDiffuser's linear semantic stage (Ozcelik & VanRullen 2023): h^ = RidgeCV(z~ -> h)(z~), the baseline of
-    the semantic bottleneck (BrainDiffuser fixes alpha = 6e4; here the CV picks it from the same grid as A).
+    the semantic bottleneck (BrainDiffuser fixes alpha = 6e4 for every target; here the CV picks one per target from
+    the same grid as A, as for the bottleneck).
 
     Args: as :class:`SemanticBottleneckDecoder` (``alphas``, ``cv``, ``alpha_per_target``, ``standardize``).
 
@@ -241,7 +244,7 @@ class DirectRidgeDecoder(_Fitted):
         alphas: Sequence[float] = CONCEPT_ALPHAS,
         cv: int = 5,
         *,
-        alpha_per_target: bool = False,
+        alpha_per_target: bool = True,
         standardize: bool = True,
     ) -> None:
         self.alphas = check_alphas(alphas, "alphas")
