@@ -59,13 +59,16 @@ class GraphIndex:
         if G.number_of_nodes() == 0:
             raise ValueError("G has no nodes: TopER needs at least one node")
         nodes = list(G.nodes())
-        if nodes == list(range(len(nodes))):  # labels are already positions: skip the lookup (half the time)
-            ends_iter = itertools.chain.from_iterable(G.edges())
-        else:
-            position = {node: i for i, node in enumerate(nodes)}
-            ends_iter = (position[w] for e in G.edges() for w in e)
-        ends = np.fromiter(ends_iter, dtype=np.int64, count=2 * G.number_of_edges())
-        return cls(nodes, ends[0::2], ends[1::2])
+        # Every edge is read from both ends' adjacency (C-level chains, no per-edge Python) and kept once, from
+        # the end of lower position; a self-loop appears once.
+        n_neighbours = [len(neighbours) for _, neighbours in G.adjacency()]
+        neighbours = itertools.chain.from_iterable(neighbours for _, neighbours in G.adjacency())
+        if nodes != list(range(len(nodes))):  # labels that are not already positions
+            neighbours = map({node: i for i, node in enumerate(nodes)}.__getitem__, neighbours)
+        target = np.fromiter(neighbours, dtype=np.int64, count=sum(n_neighbours))
+        source = np.repeat(np.arange(len(nodes)), n_neighbours)
+        keep = source <= target
+        return cls(nodes, source[keep], target[keep])
 
     @property
     def n_nodes(self) -> int:

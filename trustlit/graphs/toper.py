@@ -15,7 +15,8 @@ t_1 < ... < t_n:
 
 ``toper_features`` returns (a, b) for each filtration in order and, within it, for each level in order:
 [a_{f1,l1}, b_{f1,l1}, a_{f1,l2}, b_{f1,l2}, a_{f2,l1}, ...]; ``feature_names`` names those columns.
-Counts are cumulative counts of sorted entry values (``np.searchsorted``), O((|V| + |E|) log |E| + n log |E|).
+Counts are cumulative counts: every node and edge entry value is bucketed into the thresholds (``np.searchsorted``)
+and counted per (graph, threshold), all graphs of a dataset at once: O((|V| + |E|) log n) plus O(n) per graph.
 
 Notes: docs/methods/toper.md
 """
@@ -40,6 +41,8 @@ FiltrationSpec = str | Filtration
 
 # The released code's threshold count: the distinct filtration values of the dataset, reduced to 501 when more.
 PAPER_THRESHOLDS = 501
+# Graphs x thresholds counted at once by toper_dataset_features (a few int64 arrays of this size).
+_COUNTS_PER_CHUNK = 2_000_000
 
 
 def toper_features(
@@ -86,14 +89,7 @@ def toper_dataset_features(
         grid = _thresholds(values, specs[filtration.name], filtration.name)
         for level in chosen_levels:
             sign = 1.0 if level == "sub" else -1.0  # superlevel of f at t = sublevel of -f at -t
-            columns.append(
-                np.array(
-                    [
-                        _pivot_growth(sign * f, index, filtration.on, sign * grid)
-                        for f, index in zip(values, indexes, strict=True)
-                    ]
-                )
-            )
+            columns.append(_pivot_growth([sign * f for f in values], indexes, filtration.on, np.sort(sign * grid)))
     return np.concatenate(columns, axis=1)
 
 
@@ -119,36 +115,74 @@ def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     Notes: docs/methods/toper.md
     """
     x = np.asarray(x, dtype=float)
-    y = np.asarray(y, dtype=float)
-    centred = x - x.mean()
-    spread = float(centred @ centred)
-    if spread == 0.0:
-        return float(y.mean()), 0.0
-    growth = float(centred @ (y - y.mean())) / spread
-    return float(y.mean() - growth * x.mean()), growth
+    pivot, growth = _lines(x, np.asarray(y, dtype=float), np.zeros(len(x), dtype=np.int64), 1)
+    return float(pivot[0]), float(growth[0])
 
 
-def _pivot_growth(f: np.ndarray, index: GraphIndex, on: str, grid: np.ndarray) -> tuple[float, float]:
-    """(a, b) of the sublevel filtration of f at the thresholds ``grid``."""
+def _lines(x: np.ndarray, y: np.ndarray, group: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """``fit_line`` of every group of points at once (centred sums, so large counts lose no precision)."""
+    size = np.bincount(group, minlength=n_groups)
+    mean_x = np.bincount(group, x, n_groups) / size
+    mean_y = np.bincount(group, y, n_groups) / size
+    dx = x - mean_x[group]
+    spread = np.bincount(group, dx * dx, n_groups)
+    covariance = np.bincount(group, dx * (y - mean_y[group]), n_groups)
+    growth = np.divide(covariance, spread, out=np.zeros(n_groups), where=spread > 0)
+    return mean_y - growth * mean_x, growth
+
+
+def _pivot_growth(values: list[np.ndarray], indexes: list[GraphIndex], on: str, grid: np.ndarray) -> np.ndarray:
+    """(a, b) of the sublevel filtration of every graph at the ascending thresholds ``grid``, [n_graphs, 2]: the
+    graphs side by side as one disjoint union, cumulative counts per (graph, threshold), in chunks of graphs."""
+    chunk = max(1, _COUNTS_PER_CHUNK // len(grid))
+    return np.concatenate(
+        [
+            _pivot_growth_union(values[start : start + chunk], indexes[start : start + chunk], on, grid)
+            for start in range(0, len(indexes), chunk)
+        ]
+    )
+
+
+def _pivot_growth_union(values: list[np.ndarray], indexes: list[GraphIndex], on: str, grid: np.ndarray) -> np.ndarray:
+    n_graphs = len(indexes)
+    offsets = np.cumsum([0] + [index.n_nodes for index in indexes])
+    f = np.concatenate(values)
+    u = np.concatenate([index.u + offset for index, offset in zip(indexes, offsets[:-1], strict=True)])
+    v = np.concatenate([index.v + offset for index, offset in zip(indexes, offsets[:-1], strict=True)])
+    node_graph = np.repeat(np.arange(n_graphs), np.diff(offsets))
+    edge_graph = np.repeat(np.arange(n_graphs), [index.n_edges for index in indexes])
     if on == "node":
-        node_entry = f
-        edge_entry = np.maximum(f[index.u], f[index.v])
+        node_entry, edge_entry = f, np.maximum(f[u], f[v])
     else:
         edge_entry = f
-        node_entry = np.full(index.n_nodes, np.inf)  # a node without edges never enters an edge filtration
-        np.minimum.at(node_entry, index.u, f)
-        np.minimum.at(node_entry, index.v, f)
-    x = np.searchsorted(np.sort(node_entry), grid, side="right")
-    y = np.searchsorted(np.sort(edge_entry), grid, side="right")
-    return fit_line(*_refine(x, y, by="y" if on == "node" else "x"))
+        node_entry = np.full(len(node_graph), np.inf)  # a node without edges never enters an edge filtration
+        np.minimum.at(node_entry, u, f)
+        np.minimum.at(node_entry, v, f)
+    x = _cumulative_counts(node_entry, node_graph, grid, n_graphs)
+    y = _cumulative_counts(edge_entry, edge_graph, grid, n_graphs)
+    return np.stack(_refined_lines(x, y, by="y" if on == "node" else "x"), axis=1)
 
 
-def _refine(x: np.ndarray, y: np.ndarray, by: str) -> tuple[np.ndarray, np.ndarray]:
-    """One point per distinct value of ``by``, at the mean of the other coordinate (paper, appendix B.1)."""
+def _cumulative_counts(entry: np.ndarray, graph: np.ndarray, grid: np.ndarray, n_graphs: int) -> np.ndarray:
+    """[n_graphs, n_thresholds]: how many entry values of each graph are <= each threshold."""
+    width = len(grid) + 1  # bucket len(grid): above every threshold (or never enters)
+    bucket = np.searchsorted(grid, entry, side="left")  # entry <= grid[j] iff j >= bucket
+    counts = np.bincount(graph * width + bucket, minlength=n_graphs * width).reshape(n_graphs, width)
+    return np.cumsum(counts[:, :-1], axis=1)
+
+
+def _refined_lines(x: np.ndarray, y: np.ndarray, by: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, one point per distinct value of ``by`` at the mean of the other coordinate (paper, appendix B.1),
+    then the least-squares line. Counts never decrease along a row, so equal values are consecutive runs."""
     key, other = (y, x) if by == "y" else (x, y)
-    distinct, group = np.unique(key, return_inverse=True)
-    means = np.bincount(group, weights=other) / np.bincount(group)
-    return (means, distinct.astype(float)) if by == "y" else (distinct.astype(float), means)
+    starts = np.ones(key.shape, dtype=bool)
+    starts[:, 1:] = key[:, 1:] != key[:, :-1]
+    run = np.cumsum(starts.ravel()) - 1
+    run_key = key.ravel()[starts.ravel()].astype(float)
+    run_other = np.bincount(run, other.ravel()) / np.bincount(run)
+    run_graph = np.repeat(np.arange(key.shape[0]), key.shape[1])[starts.ravel()]
+    points = (run_other, run_key) if by == "y" else (run_key, run_other)
+    return _lines(*points, run_graph, key.shape[0])
 
 
 def _thresholds(values: list[np.ndarray], spec: ThresholdSpec, name: str) -> np.ndarray:
