@@ -155,6 +155,16 @@ def test_integer_thresholds_take_evenly_spaced_distinct_values() -> None:
     np.testing.assert_allclose(per_name[4:], toper_features(G, "closeness", thresholds=5))
 
 
+def test_dataset_features_in_chunks_equal_one_graph_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    import trustlit.graphs.toper as toper_module
+
+    graphs = [*small_graphs(), nx.star_graph(4), nx.empty_graph(3)]
+    grid = np.arange(0.0, 12.0)
+    monkeypatch.setattr(toper_module, "_COUNTS_PER_CHUNK", 2 * len(grid))  # 2 graphs per chunk
+    one_by_one = np.stack([toper_features(G, ("degree", "popularity"), thresholds=grid) for G in graphs])
+    np.testing.assert_allclose(toper_dataset_features(graphs, ("degree", "popularity"), thresholds=grid), one_by_one)
+
+
 def test_exact_betweenness_equals_sampling_every_node() -> None:
     G = nx.karate_club_graph()
     np.testing.assert_allclose(toper_features(G, betweenness(k=34)), toper_features(G, "betweenness"))
