@@ -24,6 +24,7 @@ PAGE_NAMES = {
     "TopKSAE": "topk_sae",
     "BatchTopKSAE": "batch_topk_sae",
     "JumpReLUSAE": "jumprelu_sae",
+    "TopERClassifier": "toper_classifier",
 }
 
 

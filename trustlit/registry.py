@@ -144,10 +144,12 @@ def _register_all() -> None:
                     "JumpReLUSAE": "jumprelu",
                     "MatchingPursuitSAE": "matching_pursuit",
                 }.items()
-            },
+            }
+            | {"ExplainR": "trustlit.interpret.concepts"},
             "callback": {"IntrinsicDimension": "trustlit.interpret.layer_dimension"},
             "analysis": {"SubsequenceTracing": "trustlit.interpret.tracing"},
             "data": {
+                "EmbeddingConceptDataModule": "trustlit.data.concepts",
                 "HierarchicalFeaturesDataModule": "trustlit.data.hierarchy",
                 "MCQADataModule": "trustlit.data.mcqa",
                 "PlantedAssociationDataModule": "trustlit.data.planted",
@@ -164,6 +166,14 @@ def _register_all() -> None:
                 "ObservationTransformer": "trustlit.irregular_classifiers",
             },
             "data": {"IrregularTimeSeriesDataModule": "trustlit.data.timeseries"},
+        },
+        "graphs": {
+            "method": {"TopERClassifier": "trustlit.graphs.classifier"},
+            "data": {"GraphDataModule": "trustlit.data.graphs"},
+        },
+        "neuro": {
+            "analysis": {"SemanticBottleneckDecoding": "trustlit.neuro.decoding"},
+            "data": {"FMRIDecodingDataModule": "trustlit.data.fmri"},
         },
         "safety": {
             "method": {

@@ -1,6 +1,7 @@
 """LightningDataModules: tabular classification, QA (TOFU format), forget/retain pairs, harmful fine-tuning,
 harvested activations, synthetic hierarchical features, multiple-choice QA, planted associations, irregular time
-series (the rare-feature task, survival::pbcseq), samples of a discrete distribution, contact networks."""
+series (the rare-feature task, survival::pbcseq), samples of a discrete distribution, contact networks, embeddings with
+concept annotations, graph classification sets (TU format or generated), fMRI decoding sets (NSD or simulated)."""
 
 from trustlit.lazy import lazy_exports
 
@@ -8,9 +9,12 @@ __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         "trustlit.data.activations": ["ActivationDataModule"],
+        "trustlit.data.concepts": ["ConceptItems", "EmbeddingConceptDataModule", "concept_items"],
         "trustlit.data.contact_networks": ["ContactNetworkDataModule", "contact_network", "load_edge_list"],
         "trustlit.data.distribution_samples": ["DistributionSamples"],
+        "trustlit.data.fmri": ["FMRIDecodingDataModule", "load_nsd"],
         "trustlit.data.forget_retain": ["ForgetRetainDataModule"],
+        "trustlit.data.graphs": ["GraphDataModule", "generated_graphs", "graph_collection", "load_tu_dataset"],
         "trustlit.data.hierarchy": ["HierarchicalFeaturesDataModule"],
         "trustlit.data.mcqa": ["MCQADataModule"],
         "trustlit.data.planted": ["PlantedAssociationDataModule"],
