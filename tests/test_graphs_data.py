@@ -14,6 +14,7 @@ from trustlit.data.graphs import (
     load_tu_dataset,
     stratified_folds,
 )
+from trustlit.graphs.toper import toper_dataset_features, toper_features
 
 # Three graphs: a triangle (nodes 1-3, label 1), a path 4-5-6-7 (label -1) and an edge 8-9 with an isolated node 10
 # (label 1); every edge is listed in both directions, as TU files do, and 8-8 is a self-loop the loader drops.
@@ -142,3 +143,19 @@ def test_datamodule_reads_a_tu_directory(tmp_path):
 def test_datamodule_bad_arguments(arguments, message):
     with pytest.raises(ValueError, match=message):
         GraphDataModule(**arguments)
+
+
+def test_datamodule_features_share_the_dataset_thresholds(tmp_path):
+    """The served vectors are toper_dataset_features of the collection (one threshold set for all graphs, the
+    paper's protocol), not a per-graph loop: a graph whose least degree lies above the dataset's least gains the
+    empty-subgraph point (0, 0) from the shared thresholds, which moves its line."""
+    dm = GraphDataModule(task="er", graphs_per_class=4, min_nodes=20, max_nodes=30, folds=2, cache_dir=str(tmp_path))
+    dm.setup("fit")
+    expected = toper_dataset_features(dm.graphs, ("degree",), levels=("sub", "super"))
+    assert np.array_equal(dm.features, expected)
+    per_graph = np.stack([toper_features(G, ("degree",), levels=("sub", "super")) for G in dm.graphs])
+    least = np.array([min(d for _, d in G.degree) for G in dm.graphs])
+    moved = least > least.min()
+    assert moved.any() and not np.allclose(per_graph[moved], expected[moved])
+    x, _ = next(iter(dm.test_dataloader()))
+    assert np.allclose(x.numpy(), expected[dm.test_index].astype(np.float32))

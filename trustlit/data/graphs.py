@@ -25,10 +25,13 @@ Sources (:func:`graph_collection`):
 Every generated graph is seeded by ``(seed, class, graph number)``: one seed gives the same collection in every
 process and on every machine.
 
-:class:`GraphDataModule` computes the feature vector of every graph once (the TopER vector of the chosen
-filtrations and levels, :func:`trustlit.graphs.toper.toper_features`, or the released ``toper`` package's), caches
-it on disk keyed on the graphs and the feature configuration, and serves one stratified cross-validation fold:
-batches ``(x [B, D] float32, y [B] long)``, the other folds for training, fold ``fold`` for validation and test.
+:class:`GraphDataModule` computes the feature vectors of all graphs once (the TopER vectors of the chosen
+filtrations and levels, :func:`trustlit.graphs.toper.toper_dataset_features`, or the released ``toper`` package's),
+caches them on disk keyed on the graphs and the feature configuration, and serves one stratified cross-validation
+fold: batches ``(x [B, D] float32, y [B] long)``, the other folds for training, fold ``fold`` for validation and test.
+The TopER thresholds are one set per filtration shared by the whole collection, as in the paper and the released
+code (``toper.main``): they are read from the filtration values of every graph, test folds included, but never from
+the labels, so no label information crosses folds.
 """
 
 from __future__ import annotations
@@ -321,10 +324,19 @@ def code_digest(features: str) -> str:
 
 
 def toper_vectors(graphs: Sequence[nx.Graph], filtrations: Sequence[str], levels: Sequence[str]) -> np.ndarray:
-    """The TopER vector of every graph, stacked [N, 2 x filtrations x levels]."""
-    from trustlit.graphs.toper import toper_features
+    """The TopER vectors [N, 2 x filtrations x levels] of the collection, with the paper's thresholds shared by all
+    graphs (one threshold set per filtration, counted in one pass)."""
+    from trustlit.graphs.toper import toper_dataset_features
 
-    return np.stack([toper_features(G, tuple(filtrations), levels=tuple(levels)) for G in graphs])
+    return toper_dataset_features(graphs, tuple(filtrations), levels=tuple(levels))
+
+
+def feature_key(graphs: Sequence[nx.Graph], features: str, filtrations: Sequence[str], levels: Sequence[str]) -> str:
+    """A SHA-256 naming the feature matrix of ``graphs``: their digest, the configuration and the feature code's
+    digest (``thresholds`` in the configuration: vectors cached with per-graph thresholds are never read)."""
+    config = {"features": features, "filtrations": list(filtrations), "levels": list(levels), "thresholds": "dataset"}
+    key = json.dumps(config).encode() + graphs_digest(graphs).encode() + code_digest(features).encode()
+    return hashlib.sha256(key).hexdigest()
 
 
 def cached_features(
@@ -338,9 +350,7 @@ def cached_features(
     same graphs and configuration (the key includes the feature code's source), computed and written there
     atomically otherwise (``cache_dir=None``: no cache)."""
     compute = feature_function(features)
-    config = {"features": features, "filtrations": list(filtrations), "levels": list(levels)}
-    key = hashlib.sha256(json.dumps(config).encode() + graphs_digest(graphs).encode() + code_digest(features).encode())
-    key = key.hexdigest()
+    key = feature_key(graphs, features, filtrations, levels)
     path = None if cache_dir is None else Path(cache_dir).expanduser() / f"{features}_{key[:24]}.npz"
     if path is not None and path.is_file():
         with np.load(path) as stored:
@@ -361,7 +371,8 @@ class GraphDataModule(L.LightningDataModule):
         task: ``generators``, ``er``, ``rp``, ``rg``, ``sbm`` (generated) or ``tu`` (a local TU directory).
         path: the TU dataset directory of ``task: tu``.
         graphs_per_class, min_nodes, max_nodes, seed: the generated collection (``seed`` also shuffles the folds).
-        features: ``toper`` (:func:`trustlit.graphs.toper.toper_features`) or ``toper_package`` (the released code).
+        features: ``toper`` (:func:`trustlit.graphs.toper.toper_dataset_features`: thresholds shared by the
+            collection) or ``toper_package`` (the released code, which shares them too).
         filtrations, levels: the TopER filtrations and ``sub``/``super`` levels.
         folds, fold: ``folds`` stratified folds; fold ``fold`` is the validation and test set, the rest trains.
         batch_size: None trains full-batch.
