@@ -85,17 +85,16 @@ def test_noise_free_simulation_recovers_the_concepts_exactly():
 
 
 @pytest.mark.parametrize("prior_variance", [1e-2, 1.0])
-def test_cross_validation_picks_the_bayes_optimal_alpha(prior_variance):
+@pytest.mark.parametrize("selection", ["kfold_per_target", "loo_per_target", "kfold_shared"])
+def test_cross_validation_picks_the_bayes_optimal_alpha(prior_variance, selection):
     """w ~ N(0, tau^2 I), noise N(0, 1): the posterior mean is the ridge with alpha = 1 / tau^2 (100 and 1 here);
-    averaged over 300 targets 5-fold CV on the grid 1e-6..1e6 lands on it, and so does the median of the
-    per-target (leave-one-out) choices."""
+    over 300 targets the shared 5-fold choice lands on it, and so does the median of the per-target choices."""
     rng = np.random.default_rng(3)
     x = rng.normal(size=(200, 40))
     y = x @ rng.normal(scale=np.sqrt(prior_variance), size=(40, 300)) + rng.normal(size=(200, 300))
-    decoder = DirectRidgeDecoder(standardize=False, alpha_per_target=False).fit(x, y)
-    assert decoder.chosen_alphas["embedding"] == pytest.approx(1 / prior_variance)
-    per_target = DirectRidgeDecoder(standardize=False, alpha_per_target=True).fit(x, y).chosen_alphas["embedding"]
-    assert np.median(per_target) == pytest.approx(1 / prior_variance)
+    chosen = DirectRidgeDecoder(standardize=False, selection=selection).fit(x, y).chosen_alphas["embedding"]
+    assert isinstance(chosen, float) == (selection == "kfold_shared")
+    assert np.median(chosen) == pytest.approx(1 / prior_variance)
 
 
 def test_two_way_identification_on_a_hand_made_case():
@@ -158,6 +157,8 @@ def test_bad_arguments_and_unfitted_use():
         SemanticBottleneckDecoder(alphas=[0.0])
     with pytest.raises(ValueError, match="cv=1 is invalid"):
         DirectRidgeDecoder(cv=1)
+    with pytest.raises(ValueError, match="selection='loo' is invalid, expected one of 'kfold_per_target'"):
+        SemanticBottleneckDecoder(selection="loo")
     with pytest.raises(RuntimeError, match="not fitted"):
         DirectRidgeDecoder().predict(np.ones((2, 3)))
     decoder = DirectRidgeDecoder(alphas=[1.0]).fit(np.eye(4), np.eye(4))

@@ -31,6 +31,7 @@ from trustlit.analysis import AnalysisModule
 from trustlit.data.fmri import DecodingData, data_from_batch
 from trustlit.figures import log_to_wandb, new_figure, print_table, save_png
 from trustlit.hparams import PositiveFloat, PositiveInt, check_arguments, plain_numbers
+from trustlit.neuro.ridge import Selection
 from trustlit.neuro.semantic_bottleneck import (
     CONCEPT_ALPHAS,
     EMBEDDING_ALPHAS,
@@ -120,8 +121,9 @@ class SemanticBottleneckDecoding(AnalysisModule):
     Args:
         alphas: the grid of ridge A and of the direct ridge (default 1e-6..1e6, 13 values, the paper's).
         embedding_alphas: the grid of ridge B (default 1e-3..1e4, the paper's).
-        cv: folds of the cross-validation of a shared alpha (``alpha_per_target=False``; the paper: 5).
-        alpha_per_target: one alpha per target (default, as the paper's himalaya; scikit-learn: by leave-one-out).
+        cv: folds of the cross-validation that chooses the alphas (the paper: 5).
+        selection: ``kfold_per_target`` (default, the paper's himalaya: one alpha per target by ``cv``-fold CV),
+            ``loo_per_target`` (scikit-learn's leave-one-out, per target) or ``kfold_shared`` (one alpha).
         binarize: threshold A's scores before B (ours; the paper feeds the continuous scores).
         similarity: of the 2-way identification, ``pearson`` (BrainDiffuser) or ``cosine``.
     """
@@ -131,7 +133,7 @@ class SemanticBottleneckDecoding(AnalysisModule):
         alphas: list[PositiveFloat] | None = None,
         embedding_alphas: list[PositiveFloat] | None = None,
         cv: PositiveInt = 5,
-        alpha_per_target: bool = True,
+        selection: Selection = "kfold_per_target",
         binarize: bool = False,
         similarity: Literal["pearson", "cosine"] = "pearson",
         results_file: str = "decoding.json",
@@ -145,9 +147,9 @@ class SemanticBottleneckDecoding(AnalysisModule):
         self.alphas = list(CONCEPT_ALPHAS if alphas is None else alphas)
         self.embedding_alphas = list(EMBEDDING_ALPHAS if embedding_alphas is None else embedding_alphas)
         self.bottleneck = SemanticBottleneckDecoder(
-            self.alphas, self.embedding_alphas, int(cv), alpha_per_target=alpha_per_target, binarize=binarize
+            self.alphas, self.embedding_alphas, int(cv), selection=selection, binarize=binarize
         )
-        self.direct = DirectRidgeDecoder(self.alphas, int(cv), alpha_per_target=alpha_per_target)
+        self.direct = DirectRidgeDecoder(self.alphas, int(cv), selection=selection)
         self.batches: list[dict[str, Any]] = []
 
     def reset(self) -> None:

@@ -12,8 +12,9 @@ interpretable space L of K binary answers ("Is there a person?", 214 in the pape
 - the weight maps are A's coefficients, one voxel-importance map per concept: ``weight_maps`` [K, V].
 
 With z~ the voxels standardised on the training set and c~ the standardised concepts, each ridge minimises
-||Y - X W - b||^2 + alpha ||W||^2, i.e. W = (X_c^T X_c + alpha I)^-1 X_c^T Y_c on centred X_c, Y_c (scikit-learn's
-``RidgeCV``, :func:`fit_ridge`). :class:`DirectRidgeDecoder` is BrainDiffuser's linear stage: one ridge z~ -> h.
+||Y - X W - b||^2 + alpha ||W||^2, i.e. W = (X_c^T X_c + alpha I)^-1 X_c^T Y_c on centred X_c, Y_c, with one alpha
+per target chosen by 5-fold CV as the paper's himalaya ``RidgeCV`` (:func:`trustlit.neuro.ridge.kfold_ridge`).
+:class:`DirectRidgeDecoder` is BrainDiffuser's linear stage: one ridge z~ -> h.
 
 Metrics: :func:`cosine_similarity` of predicted and true embeddings, :func:`two_way_identification` (BrainDiffuser's
 2-way accuracy), :func:`region_recovery_auc` (how well a concept's weight map picks out its region's voxels).
@@ -27,9 +28,10 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-from sklearn.linear_model import RidgeCV
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import StandardScaler
+
+from trustlit.neuro.ridge import RidgeSolution, Selection, check_alphas, check_cv, check_selection, fit_ridge
 
 CONCEPT_ALPHAS = tuple(np.logspace(-6, 6, 13).tolist())  # A: the paper's 1e-6 <= alpha <= 1e6
 EMBEDDING_ALPHAS = tuple(np.logspace(-3, 4, 8).tolist())  # B: the paper's 1e-3 <= alpha <= 1e4
@@ -74,36 +76,6 @@ def check_lengths(**arrays: np.ndarray) -> None:
         raise ValueError(f"one row per stimulus is needed, but {listed} rows")
 
 
-def check_alphas(alphas: Sequence[float], name: str) -> tuple[float, ...]:
-    values = tuple(float(a) for a in np.atleast_1d(np.asarray(alphas, dtype=np.float64)))
-    if not values or min(values) <= 0 or not all(np.isfinite(values)):
-        raise ValueError(f"{name}={list(alphas)!r} is invalid, expected a non-empty list of numbers > 0")
-    return values
-
-
-def check_cv(cv: int) -> int:
-    if isinstance(cv, bool) or not isinstance(cv, int) or cv < 2:
-        raise ValueError(f"cv={cv!r} is invalid, expected an integer number of folds >= 2")
-    return cv
-
-
-# -- ridge --------------------------------------------------------------------------------------------------------
-
-
-def fit_ridge(x: np.ndarray, y: np.ndarray, alphas: Sequence[float], cv: int, alpha_per_target: bool) -> RidgeCV:
-    """scikit-learn's ``RidgeCV`` of ``y`` on ``x`` (with intercept): one alpha chosen by ``cv``-fold CV (mean R^2
-    over the targets); ``alpha_per_target`` chooses one alpha per target, which scikit-learn allows only with its
-    efficient leave-one-out CV (``cv`` is then unused). A single alpha is a plain ridge (no CV)."""
-    grid = np.asarray(alphas, dtype=np.float64)
-    if len(grid) == 1:
-        return RidgeCV(alphas=grid).fit(x, y)  # nothing to choose: the closed form, no folds
-    if alpha_per_target:
-        return RidgeCV(alphas=grid, alpha_per_target=True).fit(x, y)
-    if len(x) < cv:
-        raise ValueError(f"cv={cv} folds need at least {cv} stimuli, got {len(x)}")
-    return RidgeCV(alphas=grid, cv=cv).fit(x, y)
-
-
 class _Standardised:
     """z-scoring fitted on the training rows (BrainDiffuser z-scores voxels with the training mean and std)."""
 
@@ -140,18 +112,18 @@ class SemanticBottleneckDecoder(_Fitted):
 
     With z~ = standardise(z) and c~ = standardise(c) (training mean and std), the fit is
 
-        B = RidgeCV(c~ -> h),  A = RidgeCV(z~ -> c~),  h^(z) = B(A(z~)),
+        B = ridge(c~ -> h),  A = ridge(z~ -> c~),  h^(z) = B(A(z~)),
 
     and ``predict_concepts`` returns A's scores in the annotation scale, c^ = unstandardise(A(z~)).
 
     Args:
         alphas: A's grid (default the paper's 1e-6..1e6, 13 values).
         embedding_alphas: B's grid (default the paper's 1e-3..1e4, 8 values).
-        cv: folds of the CV that picks the shared alpha when ``alpha_per_target=False`` (the paper: 5).
-        alpha_per_target: one alpha per concept / embedding dimension (default), as the paper's himalaya
-            ``RidgeCV`` chooses them (by 5-fold CV there); scikit-learn allows per-target alphas only with its
-            efficient leave-one-out CV, which this then uses. False: one alpha for all targets by ``cv``-fold CV
-            (mean R^2), which with many rare concepts drifts to the grid's largest alpha and a constant A.
+        cv: folds of the CV (the paper: 5; contiguous, unshuffled, as himalaya's default ``KFold``).
+        selection: how the alphas are chosen (:func:`trustlit.neuro.ridge.fit_ridge`): ``kfold_per_target``
+            (default, the paper's himalaya ``RidgeCV``: one alpha per concept / embedding dimension, best mean
+            validation MSE over ``cv`` folds), ``loo_per_target`` (scikit-learn's efficient leave-one-out CV, per
+            target) or ``kfold_shared`` (one alpha for all targets, best MSE averaged over targets and folds).
         standardize: z-score the voxels with the training statistics (BrainDiffuser does).
         binarize: threshold A's scores at ``threshold`` before B (ours; the paper feeds the continuous scores).
 
@@ -164,7 +136,7 @@ class SemanticBottleneckDecoder(_Fitted):
         embedding_alphas: Sequence[float] = EMBEDDING_ALPHAS,
         cv: int = 5,
         *,
-        alpha_per_target: bool = True,
+        selection: Selection = "kfold_per_target",
         standardize: bool = True,
         binarize: bool = False,
         threshold: float = 0.5,
@@ -174,11 +146,12 @@ class SemanticBottleneckDecoder(_Fitted):
         self.cv = check_cv(cv)
         if not 0 < threshold < 1:
             raise ValueError(f"threshold={threshold!r} is invalid, expected a number in (0, 1)")
-        self.alpha_per_target, self.binarize, self.threshold = bool(alpha_per_target), bool(binarize), float(threshold)
+        self.selection = check_selection(selection)
+        self.binarize, self.threshold = bool(binarize), float(threshold)
         self.voxel_scale = _Standardised(standardize)
         self.concept_scale = _Standardised(True)  # B expects normalised inputs (the paper)
-        self.concept_map: RidgeCV | None = None  # A
-        self.embedding_map: RidgeCV | None = None  # B
+        self.concept_map: RidgeSolution | None = None  # A
+        self.embedding_map: RidgeSolution | None = None  # B
 
     def fit(self, voxels: np.ndarray, concepts: np.ndarray, embeddings: np.ndarray) -> SemanticBottleneckDecoder:
         """Fit B on the true concepts, then A on the voxels; voxels [N, V], concepts [N, K] in {0, 1},
@@ -188,8 +161,8 @@ class SemanticBottleneckDecoder(_Fitted):
         h = check_matrix(embeddings, "embeddings")
         check_lengths(voxels=z, concepts=c, embeddings=h)
         c_std = self.concept_scale.fit(c)
-        self.embedding_map = fit_ridge(c_std, h, self.embedding_alphas, self.cv, self.alpha_per_target)
-        self.concept_map = fit_ridge(self.voxel_scale.fit(z), c_std, self.alphas, self.cv, self.alpha_per_target)
+        self.embedding_map = fit_ridge(c_std, h, self.embedding_alphas, self.cv, self.selection)
+        self.concept_map = fit_ridge(self.voxel_scale.fit(z), c_std, self.alphas, self.cv, self.selection)
         self.n_voxels = z.shape[1]
         return self
 
@@ -221,7 +194,7 @@ class SemanticBottleneckDecoder(_Fitted):
         """A's coefficients [K, V]: each concept's voxel-importance map (on the standardised voxels)."""
         if self.concept_map is None:
             raise RuntimeError("SemanticBottleneckDecoder is not fitted: call fit(...) first")
-        return np.asarray(self.concept_map.coef_).reshape(-1, self.n_voxels)
+        return self.concept_map.coef.T
 
     @property
     def chosen_alphas(self) -> dict[str, float | list[float]]:
@@ -230,11 +203,11 @@ class SemanticBottleneckDecoder(_Fitted):
 
 
 class DirectRidgeDecoder(_Fitted):
-    """BrainDiffuser's linear semantic stage (Ozcelik & VanRullen 2023): h^ = RidgeCV(z~ -> h)(z~), the baseline of
+    """BrainDiffuser's linear semantic stage (Ozcelik & VanRullen 2023): h^ = ridge(z~ -> h)(z~), the baseline of
     the semantic bottleneck (BrainDiffuser fixes alpha = 6e4 for every target; here the CV picks one per target from
     the same grid as A, as for the bottleneck).
 
-    Args: as :class:`SemanticBottleneckDecoder` (``alphas``, ``cv``, ``alpha_per_target``, ``standardize``).
+    Args: as :class:`SemanticBottleneckDecoder` (``alphas``, ``cv``, ``selection``, ``standardize``).
 
     Notes: docs/methods/semantic_bottleneck.md
     """
@@ -244,21 +217,21 @@ class DirectRidgeDecoder(_Fitted):
         alphas: Sequence[float] = CONCEPT_ALPHAS,
         cv: int = 5,
         *,
-        alpha_per_target: bool = True,
+        selection: Selection = "kfold_per_target",
         standardize: bool = True,
     ) -> None:
         self.alphas = check_alphas(alphas, "alphas")
         self.cv = check_cv(cv)
-        self.alpha_per_target = bool(alpha_per_target)
+        self.selection = check_selection(selection)
         self.voxel_scale = _Standardised(standardize)
-        self.embedding_map: RidgeCV | None = None
+        self.embedding_map: RidgeSolution | None = None
 
     def fit(self, voxels: np.ndarray, embeddings: np.ndarray) -> DirectRidgeDecoder:
         """Fit the ridge voxels [N, V] -> embeddings [N, D]."""
         z = check_matrix(voxels, "voxels")
         h = check_matrix(embeddings, "embeddings")
         check_lengths(voxels=z, embeddings=h)
-        self.embedding_map = fit_ridge(self.voxel_scale.fit(z), h, self.alphas, self.cv, self.alpha_per_target)
+        self.embedding_map = fit_ridge(self.voxel_scale.fit(z), h, self.alphas, self.cv, self.selection)
         self.n_voxels = z.shape[1]
         return self
 
@@ -272,11 +245,11 @@ class DirectRidgeDecoder(_Fitted):
         return {"embedding": _alpha(self.embedding_map)}
 
 
-def _alpha(model: RidgeCV | None) -> float | list[float]:
+def _alpha(model: RidgeSolution | None) -> float | list[float]:
+    """One number for a shared alpha, else one per target."""
     if model is None:
         raise RuntimeError("the decoder is not fitted: call fit(...) first")
-    alpha = np.asarray(model.alpha_)
-    return float(alpha) if alpha.ndim == 0 else alpha.tolist()
+    return float(model.alphas[0]) if model.shared else model.alphas.tolist()
 
 
 # -- metrics ------------------------------------------------------------------------------------------------------
