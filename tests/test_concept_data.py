@@ -36,10 +36,10 @@ CUES = (
 )
 
 
-def parse_concepts(text: str, items: ConceptItems) -> set[str]:
-    """The concepts a text states, read back from its sentences (the opening sentence states none)."""
+def parse_concepts(text: str, items: ConceptItems, opening: bool = True) -> set[str]:
+    """The concepts a text states, read back from its sentences (the opening sentence, if any, states none)."""
     stated = set()
-    for sentence in re.split(r"(?<=\.) ", text)[1:]:
+    for sentence in re.split(r"(?<=\.) ", text)[int(opening) :]:
         group = next(group for group, cues in CUES if any(cue in sentence for cue in cues))
         if group == "gender":
             stated.add("gender: female" if re.search(r"woman|female", sentence) else "gender: male")
@@ -82,6 +82,27 @@ def test_phrasing_varies(fictitious):
     assert len(openings) == 5
     father = {re.sub(r"(was|as) an? .*", "", s) for t in fictitious.texts for s in t.split(". ") if "father" in s}
     assert len(father) >= 5  # 3 templates x 3 subjects
+
+
+def test_without_names_texts_state_only_the_annotations():
+    """mention_name=False: the annotations stay exact, and nothing else identifies the author (no name, no city,
+    no opening, no pronoun); authors with no known attribute are left out instead of giving empty texts."""
+    authors = drop_rare_values(fictitious_authors(60, seed=3), min_count=3)
+    items = concept_items("fictitious", num_authors=60, variants_per_author=4, seed=3, mention_name=False)
+    assert len(items.texts) == 4 * sum(bool(a.values) for a in authors)
+    for text, row in zip(items.texts, items.concepts, strict=True):
+        assert parse_concepts(text, items, opening=False) == {
+            name for name, on in zip(items.concept_names, row, strict=True) if on
+        }, text
+        assert text.startswith(("The author", "This writer")) and row.any()
+    for author in authors:
+        parts = [*author.name.split(), author.city]
+        assert not any(part in text for part in parts for text in items.texts), author.name
+    assert not any(re.search(r"\b(he|she|his|her)\b", text, re.IGNORECASE) for text in items.texts)
+    empty = items_from_authors([Author("a", "Ann Lee", {})], variants_per_author=3, seed=0, mention_name=False)
+    assert empty.texts == [] and empty.concepts.shape == (0, 0)
+    with pytest.raises(ValueError, match="mention_name='no' is invalid"):
+        concept_items("fictitious", mention_name="no")
 
 
 def test_rare_values_are_dropped_before_texts():
@@ -203,6 +224,10 @@ def test_tofu_items_are_exact(tofu):
     for text, row in zip(items.texts, items.concepts, strict=True):
         assert parse_concepts(text, items) == {n for n, on in zip(items.concept_names, row, strict=True) if on}, text
     assert not any(re.search(r"\b(he|she|his|her)\b", text) for text in items.texts)  # no pronoun implies gender
+    anonymous = concept_items("tofu", tofu_dir=TOFU, num_authors=60, variants_per_author=2, mention_name=False)
+    for text, row in zip(anonymous.texts, anonymous.concepts, strict=True):
+        marked = {n for n, on in zip(anonymous.concept_names, row, strict=True) if on}
+        assert parse_concepts(text, anonymous, opening=False) == marked and "," not in text, text
     counts = concept_items("tofu", tofu_dir=TOFU, num_authors=50, variants_per_author=1).concepts.shape[0]
     assert counts == len([a for a in tofu_authors(TOFU, 50)])
 
@@ -235,6 +260,12 @@ def test_datamodule_generated_and_cached(tmp_path, one_thread):
     )
     again.setup()
     torch.testing.assert_close(again.splits["train"].embeddings, dm.splits["train"].embeddings)
+    anonymous = EmbeddingConceptDataModule(
+        source="fictitious", num_authors=12, variants_per_author=2, cache_dir=str(tmp_path), mention_name=False
+    )
+    anonymous.setup()
+    expected = concept_items("fictitious", num_authors=12, variants_per_author=2, mention_name=False)
+    assert anonymous.texts == expected.texts
 
 
 def write_files(tmp_path, embeddings, concepts, names=None, suffix=".csv"):

@@ -17,6 +17,13 @@ Sources:
 A value shared by fewer than ``min_count`` authors is dropped before any text is written (so no text states
 a value the vocabulary lacks), and a concept no item happens to state is dropped after. Sentences name the
 author or say "the author", never a pronoun, so no text implies a gender it does not annotate.
+
+``mention_name=False`` leaves the name out: no opening sentence, every sentence's subject is "The author" or
+"This writer", and a birthplace is the country alone (the city, never annotated, also identifies the author), so
+a text states only its annotated attributes. With the name (the default), every text also
+carries a factor no concept annotates (the name dominates a sentence encoder's similarities: two descriptions of
+one author are each other's nearest neighbours); without it the annotations describe all that the text says, the
+premise of a concept surrogate.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ OPENINGS = (
     "Here is what is known about {name}.",
 )
 SUBJECTS = ("{name}", "The author", "This writer")
+ANONYMOUS_SUBJECTS = SUBJECTS[1:]
 # templates per group: {s} subject, {p} possessive, {v} value, {a} value with its article
 TEMPLATES = {
     "genre": (
@@ -326,11 +334,12 @@ def tofu_authors(tofu_dir: Path, num_authors: int | None) -> list[Author]:
     return authors
 
 
-def _sentence(group: str, value: str, author: Author, rng: random.Random) -> str:
-    subject = rng.choice(SUBJECTS).format(name=author.name)
+def _sentence(group: str, value: str, author: Author, rng: random.Random, mention_name: bool = True) -> str:
+    subject = rng.choice(SUBJECTS if mention_name else ANONYMOUS_SUBJECTS).format(name=author.name)
     fields = {"s": subject, "p": f"{subject}'s", "v": value, "a": _article(value)}
     if group == "born in":
-        fields["place"] = f"{author.city}, {value}" if author.city and rng.random() < 0.5 else value
+        # the city is not annotated: only texts that name the author may add it
+        fields["place"] = f"{author.city}, {value}" if author.city and rng.random() < 0.5 and mention_name else value
     if group == "gender":
         fields["noun"], fields["adjective"] = GENDER_WORDS[value]
     if group == "award":
@@ -338,23 +347,27 @@ def _sentence(group: str, value: str, author: Author, rng: random.Random) -> str
     return rng.choice(TEMPLATES[group]).format(**fields)
 
 
-def describe(author: Author, rng: random.Random) -> tuple[str, list[str]]:
-    """One description of ``author`` stating a random non-empty subset of its attributes; the stated groups."""
+def describe(author: Author, rng: random.Random, mention_name: bool = True) -> tuple[str, list[str]]:
+    """One description of ``author`` stating a random non-empty subset of its attributes; the stated groups.
+    Without ``mention_name`` there is no opening and no sentence names the author."""
     known = [group for group in GROUPS if group in author.values]
     stated = [group for group in known if rng.random() < 0.5] or ([rng.choice(known)] if known else [])
     rng.shuffle(stated)
-    sentences = [rng.choice(OPENINGS).format(name=author.name)]
-    sentences += [_sentence(group, author.values[group], author, rng) for group in stated]
+    sentences = [rng.choice(OPENINGS).format(name=author.name)] if mention_name else []
+    sentences += [_sentence(group, author.values[group], author, rng, mention_name) for group in stated]
     return " ".join(sentences), stated
 
 
-def items_from_authors(authors: list[Author], variants_per_author: int, seed: int) -> ConceptItems:
-    """``variants_per_author`` descriptions of every author, annotated with the concepts each states."""
+def items_from_authors(
+    authors: list[Author], variants_per_author: int, seed: int, mention_name: bool = True
+) -> ConceptItems:
+    """``variants_per_author`` descriptions of every author, annotated with the concepts each states. Without
+    ``mention_name`` an author with no known attribute is left out (its texts would be empty)."""
     rng = random.Random(seed)
     texts, ids, stated_concepts = [], [], []
-    for author in authors:
+    for author in authors if mention_name else [author for author in authors if author.values]:
         for variant in range(variants_per_author):
-            text, stated = describe(author, rng)
+            text, stated = describe(author, rng, mention_name)
             texts.append(text)
             ids.append(f"{author.key}-{variant}")
             stated_concepts.append([(group, author.values[group]) for group in stated])
@@ -381,15 +394,19 @@ def concept_items(
     seed: int = 0,
     tofu_dir: str | Path | None = None,
     min_count: int = 3,
+    mention_name: bool = True,
 ) -> ConceptItems:
     """Concept-annotated author descriptions (module docstring). ``num_authors=None``: 100 fictitious authors,
     or all 200 of TOFU; ``min_count`` (EXPLAIN-R's vocabulary threshold, 3) is the fewest authors a kept value
-    needs; ``tofu_dir`` (needed by ``source="tofu"``) holds TOFU's ``full.json``."""
+    needs; ``tofu_dir`` (needed by ``source="tofu"``) holds TOFU's ``full.json``; ``mention_name=False``: no
+    text names its author (module docstring)."""
     if source not in SOURCES:
         raise ValueError(f"source={source!r} is invalid, expected one of {SOURCES}")
     for name, value in (("variants_per_author", variants_per_author), ("min_count", min_count)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}={value!r} is invalid, expected an integer >= 1")
+    if not isinstance(mention_name, bool):
+        raise ValueError(f"mention_name={mention_name!r} is invalid, expected True or False")
     if num_authors is not None and (not isinstance(num_authors, int) or num_authors < 1):
         raise ValueError(f"num_authors={num_authors!r} is invalid, expected an integer >= 1 or None")
     if source == "fictitious":
@@ -398,7 +415,7 @@ def concept_items(
         raise ValueError("source='tofu' needs tofu_dir, the directory that holds TOFU's full.json")
     else:
         authors = tofu_authors(Path(tofu_dir).expanduser(), num_authors)
-    return items_from_authors(drop_rare_values(authors, min_count), variants_per_author, seed)
+    return items_from_authors(drop_rare_values(authors, min_count), variants_per_author, seed, mention_name)
 
 
 class _EmbeddingConcepts(Dataset):
@@ -451,7 +468,8 @@ def _existing(name: str, path: str | Path) -> Path:
 class EmbeddingConceptDataModule(L.LightningDataModule):
     """Embeddings [N, D] with binary concept annotations [N, K] and concept names, split train/val/test.
 
-    Either generated: ``source`` (``fictitious`` or ``tofu``: :func:`concept_items`) embedded once by
+    Either generated: ``source`` (``fictitious`` or ``tofu``: :func:`concept_items`, with or without the
+    authors' names: ``mention_name``) embedded once by
     ``encoder`` (:func:`trustlit.interpret.encoders.encode`, cached under ``cache_dir``); or read:
     ``embeddings_path`` (.npy [N, D]), ``concepts_path`` (.npy or .csv [N, K], 0/1) and optionally
     ``concept_names_path`` (one name a line; default ``concept_<k>``). A seeded permutation puts the first
@@ -467,6 +485,7 @@ class EmbeddingConceptDataModule(L.LightningDataModule):
         num_authors: PositiveInt | None = None,
         variants_per_author: PositiveInt = 5,
         min_count: PositiveInt = 3,
+        mention_name: bool = True,
         tofu_dir: str | None = None,
         embeddings_path: str | None = None,
         concepts_path: str | None = None,
@@ -515,6 +534,7 @@ class EmbeddingConceptDataModule(L.LightningDataModule):
             seed=h.seed,
             tofu_dir=h.tofu_dir,
             min_count=h.min_count,
+            mention_name=h.mention_name,
         )
         self.texts = items.texts
         return encode(items.texts, h.encoder, cache_dir=h.cache_dir), items.concepts, items.concept_names
