@@ -12,7 +12,16 @@ import torch
 from scipy.optimize import nnls
 from sklearn.linear_model import Lasso
 
-from trustlit.interpret.splice import admm, center_concepts, embedding_mean, recompose, splice
+from trustlit.interpret.splice import (
+    admm,
+    center_concepts,
+    centred_problem,
+    embedding_mean,
+    l1_for_sparsity,
+    mean_nonzeros,
+    recompose,
+    splice,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TIGHT = {"tol": 1e-10, "max_iter": 20000}
@@ -110,3 +119,29 @@ def test_bad_input(kwargs, message):
     l1 = arguments.pop("l1")
     with pytest.raises(ValueError, match=message):
         splice(arguments.pop("embeddings"), arguments.pop("concept_embeddings"), l1, **arguments)
+
+
+def test_l1_for_sparsity_hits_the_target_count():
+    """Bisection on log l1: the returned l1 gives the reported mean count, within tol of the target; l1_max
+    (2 G v at its largest) zeroes every weight and anything just below it does not."""
+    rng = np.random.default_rng(7)
+    embeddings, concepts = rng.normal(size=(30, 32)), rng.normal(size=(40, 32))
+    for target in (1.5, 4.0, 9.0):
+        l1, found = l1_for_sparsity(embeddings, concepts, target, tol=0.1)
+        assert abs(found - target) <= 0.1
+        assert mean_nonzeros(splice(embeddings, concepts, l1)) == pytest.approx(found)
+    targets, dictionary = centred_problem(embeddings, concepts)
+    high = float((2 * targets @ dictionary.T).max())
+    assert (
+        mean_nonzeros(admm(dictionary, targets, high)) == 0
+        and mean_nonzeros(admm(dictionary, targets, 0.99 * high)) > 0
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"target": 0}, r"target=0 is invalid, expected a number in \(0, 3\)"), ({"max_steps": 0}, "max_steps=0")],
+)
+def test_l1_for_sparsity_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        l1_for_sparsity(np.ones((2, 4)), np.eye(3, 4), **({"target": 1.0} | kwargs))

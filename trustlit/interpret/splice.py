@@ -19,6 +19,11 @@ the weights are ``z``. The reconstruction is ``normalize(normalize(w G) + mu)``.
 ``SPLICE`` module's ADMM: ``rho = 5``, ``tol = 1e-6``, ``max_iter = 2000``; ``mu`` defaults to the mean of the
 given unit-norm embeddings (the release ships a precomputed MSCOCO image mean per CLIP model).
 
+The sparsity is set by ``l1``; :func:`l1_for_sparsity` finds, by bisection on ``log l1``, the penalty whose mean
+number of non-zero weights per embedding is a given target (to compare methods at matched sparsity). The upper
+end is ``l1_max = max 2 G v``: at and above it every weight is zero (the zero vector meets the optimality
+condition ``2 G v <= l1``).
+
 Notes: docs/methods/splice.md
 """
 
@@ -81,6 +86,21 @@ def admm(
     return z.T
 
 
+def centred_problem(
+    embeddings: Array, concept_embeddings: Array, mean: Array | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The centred targets ``v`` [N, D] and dictionary ``G`` [C, D] that SpLiCE's ADMM solves for (module docstring)."""
+    vectors = _as_matrix(embeddings, "embeddings")
+    dictionary = center_concepts(concept_embeddings)
+    if vectors.shape[1] != dictionary.shape[1]:
+        raise ValueError(
+            f"embeddings have dimension {vectors.shape[1]} but concept_embeddings {dictionary.shape[1]}: "
+            "both must come from the same encoder"
+        )
+    mu = embedding_mean(vectors) if mean is None else _as_matrix(torch.as_tensor(mean).reshape(1, -1), "mean")[0]
+    return _normalize(_normalize(vectors) - mu), dictionary
+
+
 def splice(
     embeddings: Array,
     concept_embeddings: Array,
@@ -99,15 +119,7 @@ def splice(
     rho, tol = check_positive("rho", rho), check_positive("tol", tol)
     if not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter={max_iter!r} is invalid, expected an integer >= 1")
-    vectors = _as_matrix(embeddings, "embeddings")
-    dictionary = center_concepts(concept_embeddings)
-    if vectors.shape[1] != dictionary.shape[1]:
-        raise ValueError(
-            f"embeddings have dimension {vectors.shape[1]} but concept_embeddings {dictionary.shape[1]}: "
-            "both must come from the same encoder"
-        )
-    mu = embedding_mean(vectors) if mean is None else _as_matrix(torch.as_tensor(mean).reshape(1, -1), "mean")[0]
-    targets = _normalize(_normalize(vectors) - mu)
+    targets, dictionary = centred_problem(embeddings, concept_embeddings, mean)
     weights = admm(dictionary, targets, float(l1), rho=rho, tol=tol, max_iter=max_iter)
     if isinstance(embeddings, torch.Tensor):
         return weights.to(embeddings.dtype if embeddings.is_floating_point() else torch.float32)
@@ -119,3 +131,45 @@ def recompose(weights: Array, concept_embeddings: Array, mean: Array) -> torch.T
     dictionary = center_concepts(concept_embeddings)
     combination = _as_matrix(weights, "weights") @ dictionary
     return _normalize(_normalize(combination) + torch.as_tensor(mean, dtype=torch.float64).reshape(1, -1))
+
+
+def mean_nonzeros(weights: Array) -> float:
+    """The mean number of non-zero weights per row (SpLiCE's l0 sparsity)."""
+    return float((torch.as_tensor(weights) > 0).sum(dim=1).double().mean())
+
+
+def l1_for_sparsity(
+    embeddings: Array,
+    concept_embeddings: Array,
+    target: float,
+    *,
+    mean: Array | None = None,
+    tol: float = 0.05,
+    max_steps: int = 30,
+    rho: float = 5.0,
+    admm_tol: float = 1e-6,
+    max_iter: int = 2000,
+) -> tuple[float, float]:
+    """The ``l1`` at which :func:`splice` gives ``target`` non-zero weights per embedding on average, by bisection
+    on ``log l1`` between ``l1_max * 1e-6`` and ``l1_max`` (module docstring), until the mean count is within
+    ``tol`` of ``target`` or ``max_steps`` solves were made; ``(l1, mean count)`` of the closest solve.
+    ``rho``, ``admm_tol``, ``max_iter``: :func:`splice`'s ``rho``, ``tol``, ``max_iter``."""
+    count = _as_matrix(concept_embeddings, "concept_embeddings").shape[0]
+    if not isinstance(target, int | float) or not 0 < target < count:
+        raise ValueError(f"target={target!r} is invalid, expected a number in (0, {count}) (the concepts)")
+    tol, rho, admm_tol = check_positive("tol", tol), check_positive("rho", rho), check_positive("admm_tol", admm_tol)
+    for name, value in (("max_steps", max_steps), ("max_iter", max_iter)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} is invalid, expected an integer >= 1")
+    targets, dictionary = centred_problem(embeddings, concept_embeddings, mean)
+    high = float((2 * targets @ dictionary.T).max())
+    low, best = high * 1e-6, (high, 0.0)
+    for _ in range(max_steps):
+        l1 = float(np.sqrt(low * high))
+        found = mean_nonzeros(admm(dictionary, targets, l1, rho=rho, tol=admm_tol, max_iter=max_iter))
+        if abs(found - target) < abs(best[1] - target):
+            best = (l1, found)
+        if abs(found - target) <= tol:
+            break
+        low, high = (l1, high) if found > target else (low, l1)
+    return best
