@@ -61,6 +61,21 @@ def test_direct_ridge_matches_the_closed_form_on_standardised_voxels(small_probl
     np.testing.assert_allclose(decoder.predict(test), zscore(test, voxels) @ w + w0, rtol=1e-8, atol=1e-10)
 
 
+def test_rescale_maps_the_predictions_to_the_training_embedding_statistics(small_problem):
+    """BrainDiffuser's test-time rescaling: per dimension, the predictions of the rows passed to predict get the
+    training embeddings' mean and (population) std, an increasing affine map of the plain predictions."""
+    voxels, _, embeddings = small_problem
+    plain = DirectRidgeDecoder(alphas=[7.0]).fit(voxels, embeddings)
+    rescaled = DirectRidgeDecoder(alphas=[7.0], rescale=True).fit(voxels, embeddings)
+    test = voxels[:9] * 0.7 + 0.2
+    h, h_rescaled = plain.predict(test), rescaled.predict(test)
+    np.testing.assert_allclose(h_rescaled.mean(0), embeddings.mean(0), atol=1e-12)
+    np.testing.assert_allclose(h_rescaled.std(0), embeddings.std(0), rtol=1e-12)
+    np.testing.assert_allclose(zscore(h_rescaled, h_rescaled), zscore(h, h), atol=1e-10)
+    with pytest.raises(ValueError, match="rescale=True needs >= 2 rows to predict"):
+        rescaled.predict(test[:1])
+
+
 def test_binarize_thresholds_the_concept_scores_before_b(small_problem):
     voxels, concepts, embeddings = small_problem
     decoder = SemanticBottleneckDecoder(alphas=[1.0], embedding_alphas=[1.0], binarize=True).fit(

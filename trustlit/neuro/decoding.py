@@ -125,6 +125,7 @@ class SemanticBottleneckDecoding(AnalysisModule):
         selection: ``kfold_per_target`` (default, the paper's himalaya: one alpha per target by ``cv``-fold CV),
             ``loo_per_target`` (scikit-learn's leave-one-out, per target) or ``kfold_shared`` (one alpha).
         binarize: threshold A's scores before B (ours; the paper feeds the continuous scores).
+        rescale_direct: BrainDiffuser's test-time rescaling of the direct decoder's predictions (off by default).
         similarity: of the 2-way identification, ``pearson`` (BrainDiffuser) or ``cosine``.
     """
 
@@ -135,6 +136,7 @@ class SemanticBottleneckDecoding(AnalysisModule):
         cv: PositiveInt = 5,
         selection: Selection = "kfold_per_target",
         binarize: bool = False,
+        rescale_direct: bool = False,
         similarity: Literal["pearson", "cosine"] = "pearson",
         results_file: str = "decoding.json",
     ) -> None:
@@ -149,7 +151,7 @@ class SemanticBottleneckDecoding(AnalysisModule):
         self.bottleneck = SemanticBottleneckDecoder(
             self.alphas, self.embedding_alphas, int(cv), selection=selection, binarize=binarize
         )
-        self.direct = DirectRidgeDecoder(self.alphas, int(cv), selection=selection)
+        self.direct = DirectRidgeDecoder(self.alphas, int(cv), selection=selection, rescale=rescale_direct)
         self.batches: list[dict[str, Any]] = []
 
     def reset(self) -> None:

@@ -207,7 +207,10 @@ class DirectRidgeDecoder(_Fitted):
     the semantic bottleneck (BrainDiffuser fixes alpha = 6e4 for every target; here the CV picks one per target from
     the same grid as A, as for the bottleneck).
 
-    Args: as :class:`SemanticBottleneckDecoder` (``alphas``, ``cv``, ``selection``, ``standardize``).
+    Args: as :class:`SemanticBottleneckDecoder` (``alphas``, ``cv``, ``selection``, ``standardize``), and
+        rescale: BrainDiffuser's test-time rescaling (off by default; transductive): each predicted dimension is
+            z-scored over the rows passed to ``predict`` and mapped to the training embeddings' mean and std,
+            h^'_d = (h^_d - mean(h^_d)) / std(h^_d) * std(h_d) + mean(h_d) (a constant column goes to mean(h_d)).
 
     Notes: docs/methods/semantic_bottleneck.md
     """
@@ -219,11 +222,13 @@ class DirectRidgeDecoder(_Fitted):
         *,
         selection: Selection = "kfold_per_target",
         standardize: bool = True,
+        rescale: bool = False,
     ) -> None:
         self.alphas = check_alphas(alphas, "alphas")
         self.cv = check_cv(cv)
         self.selection = check_selection(selection)
         self.voxel_scale = _Standardised(standardize)
+        self.embedding_scale = _Standardised(bool(rescale))  # the training embeddings' statistics
         self.embedding_map: RidgeSolution | None = None
 
     def fit(self, voxels: np.ndarray, embeddings: np.ndarray) -> DirectRidgeDecoder:
@@ -232,13 +237,19 @@ class DirectRidgeDecoder(_Fitted):
         h = check_matrix(embeddings, "embeddings")
         check_lengths(voxels=z, embeddings=h)
         self.embedding_map = fit_ridge(self.voxel_scale.fit(z), h, self.alphas, self.cv, self.selection)
+        self.embedding_scale.fit(h)
         self.n_voxels = z.shape[1]
         return self
 
     def predict(self, voxels: np.ndarray) -> np.ndarray:
-        """h^ [N, D]."""
+        """h^ [N, D] (with ``rescale``: mapped to the training embeddings' statistics over these N rows)."""
         z = self.voxel_scale(self.checked_voxels(voxels))
-        return self.embedding_map.predict(z)
+        predicted = self.embedding_map.predict(z)
+        if not self.embedding_scale.enabled:
+            return predicted
+        if len(predicted) < 2:
+            raise ValueError(f"rescale=True needs >= 2 rows to predict (their own statistics), got {len(predicted)}")
+        return self.embedding_scale.inverse(StandardScaler().fit_transform(predicted))
 
     @property
     def chosen_alphas(self) -> dict[str, float | list[float]]:
