@@ -18,6 +18,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "region_recovery_auc",
             "two_way_identification",
         ],
+        "trustlit.neuro.ridge": ["RidgeSolution", "fit_ridge", "kfold_ridge"],
         "trustlit.neuro.simulator": ["simulate_voxels"],
     },
 )
