@@ -40,7 +40,7 @@ from trustlit.data.graphs import (
     generated_graphs,
 )
 from trustlit.graphs.baselines import persistence_image_features, svm_fit_predict, wl_kernel
-from trustlit.graphs.classifier import mlp_fit_predict, nested_cross_validation
+from trustlit.graphs.classifier import mlp_fit_predict, nested_cross_validation, toper_scatter
 from trustlit.graphs.filtrations import GraphIndex
 
 FIGURE = "docs/benchmarks/graphs_toper_scatter.png"
@@ -156,19 +156,10 @@ HEADER = ["method", "nested acc %", "test-fold acc %", "inflation (points)", "fe
 
 def scatter(task: str, args: argparse.Namespace) -> Path:
     """Pivot vs growth of the degree sublevel filtration, one colour per class."""
-    from trustlit.figures import new_figure, save_png
-
     graphs, labels, names = generated_graphs(task, scale(args)["graphs_per_class"], seed=0)
     features, _ = cached_features(graphs, "toper", ["degree"], ["sub"], None)
-    figure, axes = new_figure(figsize=(6, 4.5))
-    for label, name in enumerate(names):
-        chosen = labels == label
-        axes.scatter(features[chosen, 1], features[chosen, 0], s=10, alpha=0.7, label=name)
-    axes.set_xlabel("growth b (degree, sublevel)")
-    axes.set_ylabel("pivot a (degree, sublevel)")
-    axes.legend(fontsize=8)
-    axes.set_title(f"TopER vectors of the {task} task")
-    return save_png(figure, repo_path(FIGURE))
+    title = f"TopER vectors of the {task} task"
+    return toper_scatter(features, labels, names, repo_path(FIGURE), label="degree, sublevel", title=title)
 
 
 def verdict(results: dict[str, dict[str, Any]]) -> str:

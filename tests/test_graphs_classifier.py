@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import quiet_trainer
 from torch.utils.data import DataLoader
 
-from trustlit.data.graphs import generated_graphs, stratified_folds
+from trustlit.data.graphs import GraphDataModule, generated_graphs, stratified_folds
 from trustlit.graphs.baselines import lower_star_diagrams, svm_fit_predict, toper_package_features, wl_kernel
 from trustlit.graphs.classifier import (
     StackedTopERClassifier,
     TopERClassifier,
     mlp_fit_predict,
     nested_cross_validation,
-    quiet_trainer,
 )
 
 torch.set_num_threads(1)
@@ -78,9 +78,30 @@ def test_classifier_learns_a_separable_task_with_a_stock_trainer():
     torch.manual_seed(0)
     model = TopERClassifier(num_features=4, num_classes=3, hidden=16, lr=0.01)
     x, y = torch.tensor(features, dtype=torch.float32), torch.tensor(labels)
-    quiet_trainer(1).fit(model, train_dataloaders=DataLoader([(x, y)] * 100, batch_size=None))
+    quiet_trainer(max_epochs=1).fit(model, train_dataloaders=DataLoader([(x, y)] * 100, batch_size=None))
     model.eval()
     assert (model(x).argmax(-1) == y).float().mean() > 0.95
+
+
+def test_fit_on_graph_data_draws_every_graph_in_the_toper_scatter(tmp_path, monkeypatch):
+    """After fit on a GraphDataModule: toper_scatter.png with one series per class, each point a graph's (b, a)."""
+    import trustlit.figures as figures
+
+    drawn, save_png = [], figures.save_png
+
+    def capture(figure, path):
+        drawn.append([series.get_offsets().data.copy() for series in figure.axes[0].collections])
+        return save_png(figure, path)
+
+    monkeypatch.setattr(figures, "save_png", capture)
+    data = GraphDataModule(task="generators", graphs_per_class=4, folds=2, cache_dir=None)
+    model = TopERClassifier(num_features=4, num_classes=5, hidden=8)
+    quiet_trainer(max_epochs=1, default_root_dir=tmp_path).fit(model, datamodule=data)
+    assert (tmp_path / "toper_scatter.png").stat().st_size > 0
+    (series,) = drawn
+    assert len(series) == len(data.class_names) == 5
+    for label, points in enumerate(series):
+        np.testing.assert_allclose(points, data.features[data.labels == label][:, [1, 0]])
 
 
 def test_stacked_members_equal_separate_trainer_fits():
@@ -99,7 +120,7 @@ def test_stacked_members_equal_separate_trainer_fits():
     stacked = StackedTopERClassifier(members).fit(x, y, mask, 30)
     for m, r in enumerate(rows):
         batches = [(x[r], y[r])] * 30
-        quiet_trainer(1).fit(members[m], train_dataloaders=DataLoader(batches, batch_size=None))
+        quiet_trainer(max_epochs=1).fit(members[m], train_dataloaders=DataLoader(batches, batch_size=None))
         members[m].eval()
         with torch.no_grad():
             assert torch.allclose(stacked(x)[m], members[m](x), atol=1e-4)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
@@ -134,26 +135,47 @@ class TopERClassifier(L.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
 
+    def on_fit_end(self) -> None:
+        """The 2-D TopER scatter of every graph of a ``GraphDataModule`` (its first (pivot, growth) pair), coloured by
+        class, as ``<default_root_dir>/toper_scatter.png`` and on W&B when a WandbLogger is attached."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if not self.trainer.is_global_zero or getattr(datamodule, "features", np.zeros((0, 0))).shape[0] == 0:
+            return
+        from trustlit.figures import log_to_wandb
+
+        path = toper_scatter(
+            datamodule.features,
+            datamodule.labels,
+            datamodule.class_names,
+            Path(self.trainer.default_root_dir) / "toper_scatter.png",
+            label=f"{datamodule.filtrations[0]}, {datamodule.levels[0]}level",
+        )
+        log_to_wandb(self.trainer, "toper", images=[path])
+
+
+def toper_scatter(
+    features: np.ndarray, labels: np.ndarray, class_names: Sequence[str], path: Path, *, label: str, title: str = ""
+) -> Path:
+    """Growth b against pivot a (columns 1 and 0 of TopER vectors: the first filtration and level), one colour per
+    class, written to ``path`` (PNG)."""
+    from trustlit.figures import new_figure, save_png
+
+    figure, axes = new_figure(figsize=(6, 4.5))
+    for index, name in enumerate(class_names):
+        chosen = labels == index
+        axes.scatter(features[chosen, 1], features[chosen, 0], s=10, alpha=0.7, label=name)
+    axes.set_xlabel(f"growth b ({label})")
+    axes.set_ylabel(f"pivot a ({label})")
+    axes.legend(fontsize=8)
+    if title:
+        axes.set_title(title)
+    return save_png(figure, path)
+
 
 def expand_grid(choices: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Every combination of ``choices`` (name -> values), in ``itertools.product`` order."""
     names = list(choices)
     return [dict(zip(names, values, strict=True)) for values in itertools.product(*(choices[n] for n in names))]
-
-
-def quiet_trainer(max_epochs: int) -> L.Trainer:
-    """A stock CPU Trainer with no logger, checkpoint, progress bar, summary or validation loop."""
-    return L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=max_epochs,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-    )
 
 
 def _member_tensors(model: TopERClassifier) -> dict[str, torch.Tensor]:
