@@ -11,8 +11,10 @@ from torch.utils.data import DataLoader
 from trustlit.data.graphs import GraphDataModule, generated_graphs, stratified_folds
 from trustlit.graphs.baselines import lower_star_diagrams, svm_fit_predict, toper_package_features, wl_kernel
 from trustlit.graphs.classifier import (
+    PAPER_GRID,
     StackedTopERClassifier,
     TopERClassifier,
+    expand_grid,
     mlp_fit_predict,
     nested_cross_validation,
 )
@@ -94,7 +96,7 @@ def test_fit_on_graph_data_draws_every_graph_in_the_toper_scatter(tmp_path, monk
         return save_png(figure, path)
 
     monkeypatch.setattr(figures, "save_png", capture)
-    data = GraphDataModule(task="generators", graphs_per_class=4, folds=2, cache_dir=None)
+    data = GraphDataModule(task="generators", graphs_per_class=4, folds=2, val_folds=2, cache_dir=None)
     model = TopERClassifier(num_features=4, num_classes=5, hidden=8)
     quiet_trainer(max_epochs=1, default_root_dir=tmp_path).fit(model, datamodule=data)
     assert (tmp_path / "toper_scatter.png").stat().st_size > 0
@@ -102,6 +104,13 @@ def test_fit_on_graph_data_draws_every_graph_in_the_toper_scatter(tmp_path, monk
     assert len(series) == len(data.class_names) == 5
     for label, points in enumerate(series):
         np.testing.assert_allclose(points, data.features[data.labels == label][:, [1, 0]])
+
+
+def test_paper_grid_expands_to_its_144_distinct_configurations():
+    grid = expand_grid(PAPER_GRID)
+    assert len(grid) == 144 == len({tuple(sorted(c.items())) for c in grid})
+    assert grid[0] == {name: values[0] for name, values in PAPER_GRID.items()}  # itertools.product order
+    assert all(TopERClassifier(num_features=4, num_classes=2, **config) for config in grid[::29])
 
 
 def test_stacked_members_equal_separate_trainer_fits():

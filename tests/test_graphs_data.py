@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import networkx as nx
 import numpy as np
 import pytest
 
@@ -116,14 +117,47 @@ def test_feature_cache_is_reused_and_keyed_on_graphs(tmp_path):
 
 def test_datamodule_serves_one_stratified_fold(tmp_path):
     dm = GraphDataModule(
-        task="sbm", graphs_per_class=10, min_nodes=20, max_nodes=30, folds=5, fold=2, cache_dir=str(tmp_path)
+        task="sbm",
+        graphs_per_class=10,
+        min_nodes=20,
+        max_nodes=30,
+        folds=5,
+        fold=2,
+        val_folds=4,
+        cache_dir=str(tmp_path),
     )
     dm.setup("fit")
     x, _ = next(iter(dm.train_dataloader()))
-    assert x.shape == (32, dm.num_features) and dm.num_features == 4 and dm.num_classes == 4
+    assert x.shape == (24, dm.num_features) and dm.num_features == 4 and dm.num_classes == 4
     x_test, y_test = next(iter(dm.test_dataloader()))
     assert x_test.shape == (8, 4) and np.bincount(y_test.numpy()).tolist() == [2, 2, 2, 2]
-    assert set(dm.train_index).isdisjoint(dm.test_index)
+    x_val, y_val = next(iter(dm.val_dataloader()))
+    assert x_val.shape == (8, 4) and np.bincount(y_val.numpy()).tolist() == [2, 2, 2, 2]
+    assert np.allclose(x_val.numpy(), dm.features[dm.val_index].astype(np.float32))
+
+
+def test_validation_is_an_inner_fold_of_the_training_part(tmp_path):
+    """Validation (what val/acc, a checkpoint monitor or early stopping select on) never holds a test graph: it is
+    a stratified part of the training folds, and train, validation and test partition the collection."""
+    dm = GraphDataModule(
+        task="er",
+        graphs_per_class=10,
+        min_nodes=20,
+        max_nodes=25,
+        folds=5,
+        fold=1,
+        val_folds=4,
+        cache_dir=str(tmp_path),
+    )
+    dm.setup("fit")
+    train, val, test = dm.train_index, dm.val_index, dm.test_index
+    assert set(val).isdisjoint(test) and set(val).isdisjoint(train) and set(train).isdisjoint(test)
+    assert sorted([*train, *val, *test]) == list(range(50))
+    outer_train = np.setdiff1d(np.arange(50), stratified_folds(dm.labels, 5, seed=0)[1])
+    assert set(val) <= set(outer_train) and set(train) <= set(outer_train)
+    assert np.bincount(dm.labels[val]).tolist() == [2] * 5  # 8 training graphs per class, a quarter validates
+    with pytest.raises(ValueError, match="val_folds=9 is invalid"):  # 8 training graphs per class < 9 folds
+        GraphDataModule(task="er", graphs_per_class=10, folds=5, cache_dir=None).setup("fit")
 
 
 def test_datamodule_reads_a_tu_directory(tmp_path):
@@ -138,6 +172,7 @@ def test_datamodule_reads_a_tu_directory(tmp_path):
         ({"fold": 3, "folds": 3}, "fold=3"),
         ({"features": "nope"}, "features='nope'"),
         ({"graphs_per_class": 0}, "graphs_per_class=0"),
+        ({"val_folds": 1}, "val_folds=1"),
     ],
 )
 def test_datamodule_bad_arguments(arguments, message):
@@ -149,7 +184,9 @@ def test_datamodule_features_share_the_dataset_thresholds(tmp_path):
     """The served vectors are toper_dataset_features of the collection (one threshold set for all graphs, the
     paper's protocol), not a per-graph loop: a graph whose least degree lies above the dataset's least gains the
     empty-subgraph point (0, 0) from the shared thresholds, which moves its line."""
-    dm = GraphDataModule(task="er", graphs_per_class=4, min_nodes=20, max_nodes=30, folds=2, cache_dir=str(tmp_path))
+    dm = GraphDataModule(
+        task="er", graphs_per_class=4, min_nodes=20, max_nodes=30, folds=2, val_folds=2, cache_dir=str(tmp_path)
+    )
     dm.setup("fit")
     expected = toper_dataset_features(dm.graphs, ("degree",), levels=("sub", "super"))
     assert np.array_equal(dm.features, expected)
@@ -159,3 +196,12 @@ def test_datamodule_features_share_the_dataset_thresholds(tmp_path):
     assert moved.any() and not np.allclose(per_graph[moved], expected[moved])
     x, _ = next(iter(dm.test_dataloader()))
     assert np.allclose(x.numpy(), expected[dm.test_index].astype(np.float32))
+
+
+def test_a_bad_graph_of_the_collection_is_named(tmp_path):
+    """The DataModule's feature path says which graph of the collection fails, on one line."""
+    graphs, _, _ = generated_graphs("er", 2, min_nodes=20, max_nodes=25, seed=0)
+    graphs[3] = nx.empty_graph(5)
+    with pytest.raises(ValueError, match=r"^graph 3: G has no edges: the edge filtration 'forman'") as error:
+        cached_features(graphs, "toper", ["degree", "forman"], ["sub"], tmp_path)
+    assert "\n" not in str(error.value) and not list(tmp_path.iterdir())

@@ -265,6 +265,20 @@ def test_bad_input_is_a_one_line_value_error(G, filtrations, kwargs, message) ->
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("bad", "filtration", "message"),
+    [
+        (nx.empty_graph(4), "forman", "graph 2: G has no edges: the edge filtration 'forman'"),
+        (nx.Graph([(0, 0), (0, 1)]), "forman", "graph 2: G has self-loops: the filtration 'forman'"),
+        (nx.Graph(), "degree", "graph 2: G has no nodes"),
+    ],
+)
+def test_a_bad_graph_of_a_dataset_is_named(bad, filtration, message) -> None:
+    with pytest.raises(ValueError, match=f"^{message}") as error:
+        toper_dataset_features([nx.path_graph(4), nx.cycle_graph(5), bad, nx.path_graph(3)], filtration)
+    assert "\n" not in str(error.value)
+
+
 def test_bad_sampling_size() -> None:
     with pytest.raises(ValueError, match="k must be a positive int"):
         betweenness(k=0)

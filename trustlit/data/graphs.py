@@ -28,10 +28,16 @@ process and on every machine.
 :class:`GraphDataModule` computes the feature vectors of all graphs once (the TopER vectors of the chosen
 filtrations and levels, :func:`trustlit.graphs.toper.toper_dataset_features`, or the released ``toper`` package's),
 caches them on disk keyed on the graphs and the feature configuration, and serves one stratified cross-validation
-fold: batches ``(x [B, D] float32, y [B] long)``, the other folds for training, fold ``fold`` for validation and test.
+fold: batches ``(x [B, D] float32, y [B] long)``; fold ``fold`` of ``folds`` is the test set, and the validation set
+is one stratified inner fold of the training part (fold 0 of ``val_folds`` folds of the other outer folds), the rest
+trains. Validation never sees the test fold, so ``val/acc`` (a checkpoint monitor, early stopping, a search over
+configurations) selects without the test graphs: selecting on the test fold is the released code's optimistic
+protocol, which ``benchmarks/graphs.py`` measures (:func:`trustlit.graphs.classifier.nested_cross_validation`).
 The TopER thresholds are one set per filtration shared by the whole collection, as in the paper and the released
 code (``toper.main``): they are read from the filtration values of every graph, test folds included, but never from
 the labels, so no label information crosses folds.
+
+Notes: docs/methods/toper_classifier.md
 """
 
 from __future__ import annotations
@@ -273,17 +279,28 @@ def graph_collection(
 # -- stratified folds -------------------------------------------------------------------------
 
 
-def stratified_folds(labels: np.ndarray, folds: int, seed: int = 0) -> list[np.ndarray]:
+def stratified_folds(labels: np.ndarray, folds: int, seed: int = 0, name: str = "folds") -> list[np.ndarray]:
     """The test indices of each of ``folds`` stratified, shuffled folds of ``labels`` (scikit-learn's
-    ``StratifiedKFold``); every class needs at least ``folds`` members."""
+    ``StratifiedKFold``); every class needs at least ``folds`` members (``name``: the argument errors name)."""
     from sklearn.model_selection import StratifiedKFold
 
     labels = np.asarray(labels)
     smallest = int(np.unique(labels, return_counts=True)[1].min()) if labels.size else 0
     if folds < 2 or smallest < folds:
-        raise ValueError(f"folds={folds!r} is invalid, expected 2 <= folds <= the smallest class's size ({smallest})")
+        raise ValueError(f"{name}={folds!r} is invalid, expected 2 <= {name} <= the smallest class's size ({smallest})")
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     return [test for _, test in splitter.split(np.zeros(labels.size), labels)]
+
+
+def fold_indices(
+    labels: np.ndarray, folds: int, fold: int, val_folds: int, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(train, validation, test)`` indices, each sorted: test = outer stratified fold ``fold`` of ``folds``,
+    validation = inner stratified fold 0 of ``val_folds`` folds of the remaining rows, train = the rest of them."""
+    test = np.sort(stratified_folds(labels, folds, seed)[fold])
+    rest = np.setdiff1d(np.arange(len(labels)), test)
+    val = np.sort(rest[stratified_folds(labels[rest], val_folds, seed, name="val_folds")[0]])
+    return np.setdiff1d(rest, val), val, test
 
 
 # -- features and their cache -----------------------------------------------------------------
@@ -374,9 +391,14 @@ class GraphDataModule(L.LightningDataModule):
         features: ``toper`` (:func:`trustlit.graphs.toper.toper_dataset_features`: thresholds shared by the
             collection) or ``toper_package`` (the released code, which shares them too).
         filtrations, levels: the TopER filtrations and ``sub``/``super`` levels.
-        folds, fold: ``folds`` stratified folds; fold ``fold`` is the validation and test set, the rest trains.
+        folds, fold: ``folds`` stratified folds; fold ``fold`` is the test set, the others the training part.
+        val_folds: the validation set is one of ``val_folds`` stratified folds of the training part (default 9: as
+            large as the test fold when ``folds=10``), the rest trains; every class needs ``val_folds`` members there.
         batch_size: None trains full-batch.
-        cache_dir: where feature vectors are cached (None: recomputed every setup).
+        cache_dir: where feature vectors are cached (None: recomputed every setup); a relative path is relative to
+            the working directory of the run (a recipe run from the repository root caches under its ``runs/``).
+
+    Notes: docs/methods/toper_classifier.md
     """
 
     def __init__(
@@ -392,6 +414,7 @@ class GraphDataModule(L.LightningDataModule):
         levels: list[str] | None = None,
         folds: PositiveInt = 10,
         fold: NonNegativeInt = 0,
+        val_folds: PositiveInt = 9,
         batch_size: PositiveInt | None = None,
         cache_dir: str | None = "runs/cache/graph_features",
     ) -> None:
@@ -399,6 +422,8 @@ class GraphDataModule(L.LightningDataModule):
         check_arguments(GraphDataModule.__init__, locals())
         if fold >= folds:
             raise ValueError(f"GraphDataModule: fold={fold!r} is invalid, expected 0 <= fold < folds ({folds})")
+        if val_folds < 2:
+            raise ValueError(f"GraphDataModule: val_folds={val_folds!r} is invalid, expected an integer >= 2")
         feature_function(features)  # a bad name fails here, not at setup
         self.save_hyperparameters()
         self.graphs: list[nx.Graph] = []
@@ -438,9 +463,9 @@ class GraphDataModule(L.LightningDataModule):
         self.features, self.seconds_per_graph = cached_features(
             self.graphs, hp.features, self.filtrations, self.levels, hp.cache_dir
         )
-        test = stratified_folds(self.labels, int(hp.folds), int(hp.seed))[int(hp.fold)]
-        self.test_index = test
-        self.train_index = np.setdiff1d(np.arange(self.labels.size), test)
+        self.train_index, self.val_index, self.test_index = fold_indices(
+            self.labels, int(hp.folds), int(hp.fold), int(hp.val_folds), int(hp.seed)
+        )
 
     def _loader(self, index: np.ndarray, shuffle: bool) -> DataLoader:
         x = torch.as_tensor(self.features[index], dtype=torch.float32)
@@ -454,7 +479,7 @@ class GraphDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         self.setup("validate")
-        return self._loader(self.test_index, shuffle=False)
+        return self._loader(self.val_index, shuffle=False)
 
     def test_dataloader(self) -> DataLoader:
         self.setup("test")

@@ -23,8 +23,8 @@ Notes: docs/methods/toper.md
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
 
 import networkx as nx
 import numpy as np
@@ -38,6 +38,7 @@ LEVELS: tuple[Level, ...] = ("sub", "super")
 ThresholdSpec = int | Sequence[float] | np.ndarray | None
 Thresholds = ThresholdSpec | Mapping[str, ThresholdSpec]
 FiltrationSpec = str | Filtration
+T = TypeVar("T")
 
 # The released code's threshold count: the distinct filtration values of the dataset, reduced to 501 when more.
 PAPER_THRESHOLDS = 501
@@ -82,15 +83,24 @@ def toper_dataset_features(
     specs = _threshold_specs(thresholds, chosen)
     if len(graphs) == 0:
         raise ValueError("graphs is empty: give at least one networkx graph")
-    indexes = [GraphIndex.from_graph(G) for G in graphs]
+    indexes = [_per_graph(i, GraphIndex.from_graph, G) for i, G in enumerate(graphs)]
     columns = []
     for filtration in chosen:
-        values = [filtration(G, index) for G, index in zip(graphs, indexes, strict=True)]
+        values = [_per_graph(i, filtration, G, index) for i, (G, index) in enumerate(zip(graphs, indexes, strict=True))]
         grid = _thresholds(values, specs[filtration.name], filtration.name)
         for level in chosen_levels:
             sign = 1.0 if level == "sub" else -1.0  # superlevel of f at t = sublevel of -f at -t
             columns.append(_pivot_growth([sign * f for f in values], indexes, filtration.on, np.sort(sign * grid)))
     return np.concatenate(columns, axis=1)
+
+
+def _per_graph(i: int, function: Callable[..., T], *arguments: Any) -> T:
+    """``function(*arguments)`` for graph ``i`` of a dataset; its one-line ValueError names the graph (``graph 3:
+    G has no edges ...``), so a bad graph in a collection can be found."""
+    try:
+        return function(*arguments)
+    except ValueError as error:
+        raise ValueError(f"graph {i}: {error}") from None
 
 
 def feature_names(
