@@ -14,6 +14,7 @@ from trustlit.data.concepts import (
     Author,
     ConceptItems,
     EmbeddingConceptDataModule,
+    check_binary,
     concept_items,
     drop_rare_values,
     fictitious_authors,
@@ -328,3 +329,14 @@ def test_datamodule_bad_files(tmp_path):
 def test_datamodule_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         EmbeddingConceptDataModule(**kwargs)
+
+
+def test_check_binary_names_the_first_other_value_for_numpy_and_torch():
+    check_binary(np.array([[True, False]]), "a")  # bools and 0/1 of any dtype pass
+    check_binary(torch.tensor([[0.0, 1.0], [1.0, 1.0]]), "a")
+    with pytest.raises(ValueError, match=r"^x: value 2 at row 1, column 0 is not binary \(2 such entries; concept"):
+        check_binary(np.array([[0, 1], [2, 3]]), "x")
+    with pytest.raises(ValueError, match=r"^y: value nan at row 0, column 1 is not binary \(1 such entries"):
+        check_binary(torch.tensor([[1.0, float("nan")]]), "y")
+    with pytest.raises(ValueError, match=r"^z: value -1\.0 at index \(2,\) is not binary"):
+        check_binary(np.array([0.0, 1.0, -1.0]), "z")

@@ -15,13 +15,14 @@ from trustlit.interpret.concepts import (
     ExplainR,
     check_concepts,
     concept_scores,
+    cosine_logits,
     deletion_agreement,
     faithfulness,
     kd_objective,
-    moving_average,
+    log_mean_exp,
+    log_moving_average,
     oriented,
     probe_concepts,
-    shifted_exp,
     similarity_kl,
     surrogate,
 )
@@ -58,11 +59,24 @@ def test_similarity_kl_is_zero_iff_the_distributions_match() -> None:
 
 
 def test_moving_average_first_visit_is_exact_then_mixes_per_item() -> None:
-    state = torch.tensor([0.0, 2.0, 0.0, 4.0])
-    updated = moving_average(state, torch.tensor([0, 1, 3]), torch.tensor([1.0, 1.0, 1.0]), gamma=0.9)
+    log_state = torch.tensor([-math.inf, math.log(2.0), -math.inf, math.log(4.0)])
+    updated = log_moving_average(log_state, torch.tensor([0, 1, 3]), torch.zeros(3), gamma=0.9)  # m = 1
     # item 0 unseen: takes the batch value; items 1 and 3 seen: (1 - 0.9) u + 0.9 m
-    assert updated.tolist() == pytest.approx([1.0, 0.1 * 2 + 0.9, 0.1 * 4 + 0.9])
-    assert state.tolist() == pytest.approx([1.0, 1.1, 0.0, 1.3])
+    assert updated.exp().tolist() == pytest.approx([1.0, 0.1 * 2 + 0.9, 0.1 * 4 + 0.9])
+    assert log_state.exp().tolist() == pytest.approx([1.0, 1.1, 0.0, 1.3])
+    # gamma = 1 forgets the past; a batch mean far below float32's range stays exact in log space
+    assert log_moving_average(log_state, torch.tensor([1]), torch.tensor([-500.0]), 1.0).item() == -500.0
+
+
+def linear_objective(
+    teacher_logits: torch.Tensor, student_logits: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The released objective with exact full-batch normalisers (u = mean_j T_ij, v = mean_j S_ij), written with
+    plain exponentials exp(logits) in whatever dtype it is given: (loss, u, v)."""
+    teacher, student = teacher_logits.exp(), student_logits.exp()
+    u, v = teacher.mean(dim=1), student.detach().mean(dim=1)
+    g = student.mean(dim=-1, keepdim=True) / student
+    return (teacher / u[:, None] * student.detach() / v[:, None] * g).mean(), u, v
 
 
 def test_full_batch_normaliser_is_exact_and_the_objective_gradient_is_the_kl_gradient() -> None:
@@ -70,30 +84,78 @@ def test_full_batch_normaliser_is_exact_and_the_objective_gradient_is_the_kl_gra
     weight = torch.randn(6, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
     bias = torch.zeros(8, requires_grad=True)
     tau, index = 0.1, torch.arange(40)
-    teacher = shifted_exp(embeddings, embeddings, tau)
-    exact_u = teacher.mean(dim=1)  # (1/N) sum_j exp(e_i.e_j/tau), up to the constant shift
-    u_state = torch.zeros(40)
+    teacher = cosine_logits(embeddings, embeddings, tau)
+    exact_log_u = log_mean_exp(teacher)  # log (1/N) sum_j exp(e_i.e_j/tau)
+    torch.testing.assert_close(exact_log_u, teacher.exp().mean(dim=1).log())
+    log_u_state = torch.full((40,), -math.inf)
     for _ in range(3):  # a fixed model: the moving average of the exact value stays exact
-        assert moving_average(u_state, index, teacher.mean(dim=1), 0.9) == pytest.approx(exact_u)
+        torch.testing.assert_close(log_moving_average(log_u_state, index, exact_log_u, 0.9), exact_log_u)
     for direction in ("rows", "columns"):  # image-to-text and text-to-image
-        student = shifted_exp(surrogate(concepts, weight, bias), embeddings, tau)
+        student = cosine_logits(surrogate(concepts, weight, bias), embeddings, tau)
         t, s = oriented(direction, teacher, student)
-        u = moving_average(torch.zeros(40), index, t.mean(dim=1), 0.9)
-        v = moving_average(torch.zeros(40), index, s.detach().mean(dim=1), 0.9)
-        estimator = torch.autograd.grad(kd_objective(t, s, u, v), (weight, bias), retain_graph=True)
-        exact = torch.autograd.grad(similarity_kl(t.log(), s.log()), (weight, bias))
+        log_u = log_moving_average(torch.full((40,), -math.inf), index, log_mean_exp(t), 0.9)
+        log_v = log_moving_average(torch.full((40,), -math.inf), index, log_mean_exp(s.detach()), 0.9)
+        estimator = torch.autograd.grad(kd_objective(t, s, log_u, log_v), (weight, bias), retain_graph=True)
+        exact = torch.autograd.grad(similarity_kl(t, s), (weight, bias))
         for ours, reference in zip(estimator, exact, strict=True):
             torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("tau", [0.1, 0.02])
+def test_objective_is_finite_at_small_temperatures_and_equals_the_float64_reference(tau) -> None:
+    # keys e and -e: every item has an antipodal key (cos = -1), where exp((cos - 1) / tau) = exp(-100) at
+    # tau = 0.02 is subnormal in float32 and 1 / it overflows
+    concepts, embeddings, weight, bias = planted(n=20, k=5, d=6, seed=4)
+    keys = torch.cat([embeddings, -embeddings])
+    concepts, queries = torch.cat([concepts, concepts]), torch.cat([embeddings, embeddings])
+    weight = (weight + 0.1 * torch.randn(5, 6, generator=torch.Generator().manual_seed(2))).requires_grad_(True)
+    bias = bias.clone().requires_grad_(True)
+    parameters = (weight, bias)
+    for direction in ("rows", "columns"):
+        t, s = oriented(
+            direction, cosine_logits(queries, keys, tau), cosine_logits(surrogate(concepts, *parameters), keys, tau)
+        )
+        ours = kd_objective(t, s, log_mean_exp(t), log_mean_exp(s.detach()))
+        gradient = torch.autograd.grad(ours, parameters, retain_graph=True)
+        reference, _, _ = linear_objective(t.double(), s.double())
+        reference_gradient = torch.autograd.grad(reference, parameters, retain_graph=True)
+        assert ours.isfinite() and all(g.isfinite().all() for g in gradient)
+        assert ours.item() == pytest.approx(reference.item(), rel=1e-5)
+        for a, b in zip(gradient, reference_gradient, strict=True):
+            torch.testing.assert_close(a, b.float(), rtol=1e-4, atol=1e-6)
+        if tau == 0.02:  # the case is hard: the shifted float32 exponentials of the linear form give NaN
+            shifted, _, _ = linear_objective(t - 1 / tau, s - 1 / tau)
+            shifted_gradient = torch.autograd.grad(shifted, parameters, retain_graph=True)
+            assert not (shifted.isfinite() and all(g.isfinite().all() for g in shifted_gradient))
 
 
 def test_objective_gradient_vanishes_when_the_surrogate_equals_the_model() -> None:
     concepts, embeddings, weight, bias = planted(n=30, k=5, d=6)
     weight = weight.clone().requires_grad_(True)
-    teacher = shifted_exp(embeddings, embeddings, 0.1)
-    student = shifted_exp(surrogate(concepts, weight, bias), embeddings, 0.1)
-    u, v = teacher.mean(dim=1), student.detach().mean(dim=1)
-    (gradient,) = torch.autograd.grad(kd_objective(teacher, student, u, v), weight)
+    teacher = cosine_logits(embeddings, embeddings, 0.1)
+    student = cosine_logits(surrogate(concepts, weight, bias), embeddings, 0.1)
+    (gradient,) = torch.autograd.grad(
+        kd_objective(teacher, student, log_mean_exp(teacher), log_mean_exp(student)), weight
+    )
     assert gradient.abs().max().item() < 1e-4
+
+
+def test_evaluation_kl_uses_the_training_cosines_whatever_the_embedding_norms() -> None:
+    concepts, embeddings, _, _ = planted(n=30, k=5, d=6, seed=6)
+    scaled = embeddings * torch.linspace(0.2, 5.0, 30)[:, None]  # not unit norm: the DataModule accepts any
+    model = ExplainR(num_concepts=5, embedding_dim=6, figure_items=0)
+    kls = []
+    for rows in (scaled, embeddings):
+        model.eval_start()
+        model.eval_step({"embeddings": rows, "concepts": concepts, "index": torch.arange(30)})
+        kls.append(model._eval["kl"][0].item())
+        assert model._eval["queries"][0].norm(dim=1).tolist() == pytest.approx([1.0] * 30)
+    with torch.no_grad():
+        teacher, student = cosine_logits(scaled, scaled, 0.1), cosine_logits(model(concepts), scaled, 0.1)
+        expected = (similarity_kl(teacher, student) + similarity_kl(teacher.T, student.T)) / 2  # what training logs
+        raw = similarity_kl(scaled @ scaled.T / 0.1, model(concepts) @ scaled.T / 0.1)
+    assert kls[0] == pytest.approx(kls[1], rel=1e-5) and kls[0] == pytest.approx(expected.item(), rel=1e-5)
+    assert abs(raw.item() - expected.item()) > 0.1  # the unnormalised logits disagree
 
 
 # --- concept scores ----------------------------------------------------------------------------------
@@ -221,7 +283,7 @@ def test_probe_reads_planted_concepts() -> None:
 
 
 def test_bad_input_is_refused_with_one_line() -> None:
-    with pytest.raises(ValueError, match=r"concept annotations must be 0 or 1, got 0\.5"):
+    with pytest.raises(ValueError, match=r"concepts: value 0\.5 at row 0, column 1 is not binary \(1 such entries"):
         check_concepts(torch.tensor([[0.0, 0.5]]))
     with pytest.raises(ValueError, match=r"3 concept rows but embeddings of shape \[2, 4\]"):
         check_concepts(torch.zeros(3, 2), torch.zeros(2, 4))
@@ -231,10 +293,12 @@ def test_bad_input_is_refused_with_one_line() -> None:
         ExplainR(num_concepts=3, embedding_dim=4, gamma1=1.5)
     with pytest.raises(ValueError, match=r"temperature=0\.0 is invalid"):
         ExplainR(num_concepts=3, embedding_dim=4, temperature=0.0)
+    with pytest.raises(ValueError, match=r"figure_items=-1 is invalid"):
+        ExplainR(num_concepts=3, embedding_dim=4, figure_items=-1)
     with pytest.raises(ValueError, match="directions='diagonal' is invalid"):
         ExplainR(num_concepts=3, embedding_dim=4, directions="diagonal")
     model = ExplainR(num_concepts=3, embedding_dim=4)
     with pytest.raises(ValueError, match=r"expected \[B, embedding_dim=4\]"):
         model.unpack({"embeddings": torch.zeros(2, 5), "concepts": torch.zeros(2, 3), "index": torch.arange(2)})
-    with pytest.raises(ValueError, match="0 or 1"):
+    with pytest.raises(ValueError, match=r"ExplainR batch: concepts: value 2\.0 at row 0, column 0 is not binary"):
         model.unpack({"embeddings": torch.zeros(2, 4), "concepts": torch.full((2, 3), 2.0), "index": torch.arange(2)})

@@ -25,6 +25,15 @@ def read_utf8(path: Path) -> str:
         ) from error
 
 
+def existing_file(path: str | Path, what: str) -> Path:
+    """``path`` (``~`` expanded) when it names a file; else a one-line FileNotFoundError naming ``what``
+    (the argument, e.g. ``embeddings_path``) and the path as given."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"{what}={str(path)!r}: no such file")
+    return file
+
+
 def is_hub_id(name: str) -> bool:
     """``owner/name`` as the Hugging Face hub spells it (a relative path like ``data/tofu`` also matches:
     callers check for a local path first)."""

@@ -24,6 +24,8 @@ a text states only its annotated attributes. With the name (the default), every 
 carries a factor no concept annotates (the name dominates a sentence encoder's similarities: two descriptions of
 one author are each other's nearest neighbours); without it the annotations describe all that the text says, the
 premise of a concept surrogate.
+
+Notes: docs/methods/explain_r.md
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from torch.utils.data import DataLoader, Dataset
 from trustlit.data.qa import read_jsonl
 from trustlit.fictitious import generate_authors
 from trustlit.hparams import ClosedUnitInterval, NonNegativeInt, PositiveInt, check_arguments
+from trustlit.paths import existing_file
 
 SOURCES = ("fictitious", "tofu")
 # concept groups, in column order; a concept is named "<group>: <value>"
@@ -418,6 +421,22 @@ def concept_items(
     return items_from_authors(drop_rare_values(authors, min_count), variants_per_author, seed, mention_name)
 
 
+def check_binary(values: np.ndarray | torch.Tensor, name: str) -> None:
+    """Every entry of ``values`` (numpy or torch, any shape) is 0 or 1 (bools are); else a one-line
+    ValueError naming ``name``, the first other value (NaN included), where it is and how many there are."""
+    binary = (values == 0) | (values == 1)
+    if bool(binary.all()):
+        return
+    bad = ~(binary.cpu().numpy() if isinstance(binary, torch.Tensor) else np.asarray(binary))
+    position = tuple(int(i) for i in np.argwhere(bad)[0])
+    value = values[position].item()
+    where = f"row {position[0]}, column {position[1]}" if len(position) == 2 else f"index {position}"
+    raise ValueError(
+        f"{name}: value {value!r} at {where} is not binary ({int(bad.sum())} such entries; "
+        "concept annotations must be 0 or 1)"
+    )
+
+
 class _EmbeddingConcepts(Dataset):
     """Rows of one split as ``{"embeddings", "concepts", "index"}`` (index: the position within the split)."""
 
@@ -447,22 +466,8 @@ def load_concept_matrix(path: Path) -> np.ndarray:
     matrix = np.asarray(matrix)
     if matrix.ndim != 2:
         raise ValueError(f"concepts_path={str(path)!r}: expected an [N, K] matrix, got shape {matrix.shape}")
-    if matrix.dtype != np.bool_:
-        bad = ~np.isin(matrix, (0, 1))
-        if bad.any():
-            row, column = np.argwhere(bad)[0]
-            raise ValueError(
-                f"concepts_path={str(path)!r}: value {matrix[row, column].item()!r} at row {row}, column {column} "
-                "is not binary (concept annotations must be 0/1)"
-            )
+    check_binary(matrix, f"concepts_path={str(path)!r}")
     return matrix.astype(bool)
-
-
-def _existing(name: str, path: str | Path) -> Path:
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise FileNotFoundError(f"{name}={str(path)!r}: no such file")
-    return file
 
 
 class EmbeddingConceptDataModule(L.LightningDataModule):
@@ -541,11 +546,10 @@ class EmbeddingConceptDataModule(L.LightningDataModule):
 
     def _read(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
         h = self.hparams
-        embeddings_file = _existing("embeddings_path", h.embeddings_path)
-        embeddings = np.load(embeddings_file, allow_pickle=False)
+        embeddings = np.load(existing_file(h.embeddings_path, "embeddings_path"), allow_pickle=False)
         if embeddings.ndim != 2 or not np.isfinite(embeddings).all():
             raise ValueError(f"embeddings_path={h.embeddings_path!r}: expected a finite [N, D] matrix")
-        concepts = load_concept_matrix(_existing("concepts_path", h.concepts_path))
+        concepts = load_concept_matrix(existing_file(h.concepts_path, "concepts_path"))
         if len(concepts) != len(embeddings):
             raise ValueError(
                 f"embeddings_path={h.embeddings_path!r} has {len(embeddings)} rows but concepts_path="
@@ -553,7 +557,7 @@ class EmbeddingConceptDataModule(L.LightningDataModule):
             )
         if h.concept_names_path is None:
             return embeddings, concepts, [f"concept_{k}" for k in range(concepts.shape[1])]
-        lines = _existing("concept_names_path", h.concept_names_path).read_text(encoding="utf-8").splitlines()
+        lines = existing_file(h.concept_names_path, "concept_names_path").read_text(encoding="utf-8").splitlines()
         names = [line.strip() for line in lines if line.strip()]
         if len(names) != concepts.shape[1]:
             raise ValueError(

@@ -24,6 +24,9 @@ gradient (1/x of a minibatch mean); the paper tracks, per item i and direction, 
     g_ij = mean_{l in B} exp(f_i.k_l/tau) / exp(f_i.k_j/tau),
 
 whose gradient is the paper's estimator of grad mean_i KL(P^e_i || P^f_i) (exact when B is the whole set).
+Everything runs in log space: the similarity logits s = cos / tau (:func:`cosine_logits`, the same in
+training and evaluation), log u and log v (:func:`log_moving_average`), and each term of L as one exponential
+exp(t_ij - log u_i + logmeanexp_l s_il - log v_i), finite in float32 however small tau is.
 Concept scores (Sec. 3.4): v_i(k) = lambda_i c_ik W_k . f(c_i), lambda_i = 1 / (||c_i W + b|| - b . f(c_i)),
 summing to 1 over k; against a key t: v_i(k; t) = lambda c_ik W_k . t, lambda = f(c_i).t / ((c_i W).t),
 summing to f(c_i) . t. Faithfulness (Sec. 4.1): recall@{1,5,10} and rsum of the surrogate's retrieval
@@ -37,6 +40,7 @@ Notes: docs/methods/explain_r.md
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -46,17 +50,26 @@ import torch
 from torch import nn
 
 from trustlit.audit.mia import roc_auc
-from trustlit.hparams import NonNegativeFloat, PositiveFloat, PositiveInt, check_arguments, plain_numbers
+from trustlit.data.concepts import check_binary
+from trustlit.hparams import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    check_arguments,
+    plain_numbers,
+)
 from trustlit.interpret.splice import splice
 
 __all__ = [
     "ExplainR",
     "check_concepts",
     "concept_scores",
+    "cosine_logits",
     "deletion_agreement",
     "faithfulness",
     "kd_objective",
-    "moving_average",
+    "log_moving_average",
     "probe_concepts",
     "similarity_kl",
     "splice",
@@ -74,10 +87,7 @@ def check_concepts(concepts: torch.Tensor, embeddings: torch.Tensor | None = Non
     """``concepts`` must be a [N, K] matrix of 0/1 values, with as many rows as ``embeddings`` [N, D]."""
     if concepts.ndim != 2:
         raise ValueError(f"{where}: concepts of shape {list(concepts.shape)}, expected [N, K]")
-    binary = (concepts == 0) | (concepts == 1)
-    if not bool(binary.all()):
-        bad = concepts[~binary].flatten()[0].item()
-        raise ValueError(f"{where}: concept annotations must be 0 or 1, got {bad!r} ({int((~binary).sum())} entries)")
+    check_binary(concepts, f"{where}: concepts")
     if embeddings is not None and (embeddings.ndim != 2 or embeddings.shape[0] != concepts.shape[0]):
         raise ValueError(
             f"{where}: {concepts.shape[0]} concept rows but embeddings of shape {list(embeddings.shape)}, "
@@ -93,36 +103,51 @@ def surrogate(concepts: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
     return nn.functional.normalize(concepts @ weight + bias, dim=-1)
 
 
-def shifted_exp(queries: torch.Tensor, keys: torch.Tensor, temperature: float) -> torch.Tensor:
-    """exp((cos(q_i, k_j) - 1) / tau) [Nq, Nk]: exp(cos / tau) times the constant exp(-1 / tau), which
-    cancels in every ratio of the loss and keeps small temperatures finite (the released code has no shift)."""
-    cosine = nn.functional.normalize(queries, dim=-1) @ nn.functional.normalize(keys, dim=-1).T
-    return torch.exp((cosine - 1) / temperature)
+def cosine_logits(queries: torch.Tensor, keys: torch.Tensor, temperature: float) -> torch.Tensor:
+    """cos(q_i, k_j) / tau [Nq, Nk]: the similarity logits of the loss, the logged KL and the evaluation alike."""
+    return nn.functional.normalize(queries, dim=-1) @ nn.functional.normalize(keys, dim=-1).T / temperature
 
 
-def moving_average(state: torch.Tensor, index: torch.Tensor, batch_mean: torch.Tensor, gamma: float) -> torch.Tensor:
-    """u_i <- (1 - gamma) u_i + gamma m_i for the items ``index`` of ``state`` [N] (in place; returned [B]).
+def log_mean_exp(logits: torch.Tensor) -> torch.Tensor:
+    """log mean_j exp(logits_ij) [N] of an [N, M] matrix, without forming the exponentials."""
+    return logits.logsumexp(dim=-1) - math.log(logits.shape[-1])
 
-    ``state`` 0 marks an item not seen yet: its first value is m_i itself (gamma = 1), the bias
+
+def log_moving_average(
+    log_state: torch.Tensor, index: torch.Tensor, log_batch_mean: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """log u_i <- log((1 - gamma) u_i + gamma m_i) for the items ``index`` of ``log_state`` [N] (in place;
+    returned [B]), from log u and log m, so no normaliser underflows at a small temperature.
+
+    ``log_state`` -inf (u = 0) marks an item not seen yet: its first value is m_i itself (gamma = 1), the bias
     correction. The released code decides this once per batch (``u.sum() == 0``); per item is the
     paper's rule and matters when a batch mixes seen and unseen items (``drop_last`` with shuffling).
     """
-    previous = state[index]
-    rate = torch.where(previous == 0, torch.ones_like(previous), torch.full_like(previous, gamma))
-    updated = (1 - rate) * previous + rate * batch_mean.detach()
-    state[index] = updated
+    previous = log_state[index]
+    unseen = previous == -torch.inf
+    log_keep = math.log1p(-gamma) if gamma < 1 else -math.inf  # log(1 - gamma)
+    kept = torch.where(unseen, torch.full_like(previous, -torch.inf), previous + log_keep)
+    added = log_batch_mean.detach() + torch.where(unseen, 0.0, math.log(gamma))
+    updated = torch.logaddexp(kept, added)
+    log_state[index] = updated
     return updated
 
 
 def kd_objective(
-    teacher_exp: torch.Tensor, student_exp: torch.Tensor, u: torch.Tensor, v: torch.Tensor
+    teacher_logits: torch.Tensor, student_logits: torch.Tensor, log_u: torch.Tensor, log_v: torch.Tensor
 ) -> torch.Tensor:
     """The paper's surrogate objective (module docstring) for one direction; its gradient is the
-    moving-average estimator of grad mean_i KL(P^e_i || P^f_i). ``teacher_exp``/``student_exp`` [B, B]
-    (rows: items i, columns: keys j), ``u``/``v`` [B] the normalisers of the rows' items."""
-    g = student_exp.mean(dim=-1, keepdim=True) / student_exp
-    weights = teacher_exp.detach() / u.unsqueeze(-1) * student_exp.detach() / v.unsqueeze(-1)
-    return (weights * g).mean()
+    moving-average estimator of grad mean_i KL(P^e_i || P^f_i). ``teacher_logits``/``student_logits`` [B, B]
+    (rows: items i, columns: keys j; :func:`cosine_logits`), ``log_u``/``log_v`` [B] the log normalisers of the
+    rows' items. Each term [T_ij / u_i] [S_ij / v_i]_detached g_ij is one exponential,
+    exp(t_ij - log u_i + logmeanexp_l s_il - log v_i + s_ij,detached - s_ij): its value is T_ij / u_i times
+    mean_l S_il / v_i and its gradient the estimator's, with no exp(s) formed on its own (it underflows)."""
+    student = student_logits
+    log_u, log_v = log_u.detach().unsqueeze(-1), log_v.detach().unsqueeze(-1)  # normalisers: constants
+    exponent = (
+        teacher_logits.detach() - log_u + log_mean_exp(student).unsqueeze(-1) - log_v + (student.detach() - student)
+    )
+    return exponent.exp().mean()
 
 
 def similarity_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor) -> torch.Tensor:
@@ -325,7 +350,7 @@ class ExplainR(L.LightningModule):
         weight_decay: NonNegativeFloat = 1e-6,
         amsgrad: bool = True,
         eval_items: PositiveInt = 2000,
-        figure_items: int = 4,
+        figure_items: NonNegativeInt = 4,
         top_concepts: PositiveInt = 8,
     ) -> None:
         super().__init__()
@@ -335,16 +360,14 @@ class ExplainR(L.LightningModule):
                 raise ValueError(f"ExplainR: {name}={gamma!r} is invalid, expected a number in (0, 1]")
         if directions not in ("both", "rows", "columns"):
             raise ValueError(f"ExplainR: directions={directions!r} is invalid, expected both, rows or columns")
-        if figure_items < 0:
-            raise ValueError(f"ExplainR: figure_items={figure_items!r} is invalid, expected an integer >= 0")
         self.save_hyperparameters()
         plain_numbers(self.hparams)
         self.encoder: nn.Linear | None = None
         if num_concepts is not None and embedding_dim is not None:
             self.build()
-        # per item and direction: u (model's normaliser), v (surrogate's); grown to the largest index seen.
-        # Not in checkpoints: after a resume every item starts again from its first visit (gamma = 1).
-        for name in ("u_rows", "v_rows", "u_columns", "v_columns"):
+        # per item and direction: log u (model's normaliser), log v (surrogate's); grown to the largest index
+        # seen. Not in checkpoints: after a resume every item starts again from its first visit (gamma = 1).
+        for name in ("log_u_rows", "log_v_rows", "log_u_columns", "log_v_columns"):
             self.register_buffer(name, torch.zeros(0), persistent=False)
         self._eval: dict[str, list[torch.Tensor]] = {}
 
@@ -389,7 +412,8 @@ class ExplainR(L.LightningModule):
             self.build()
 
     def unpack(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(concepts, model queries e, keys) of a batch, checked."""
+        """(concepts, model queries e, keys) of a batch, checked; e and the keys unit-normalised (the loss,
+        the KL and the faithfulness metrics are cosines; the keyed concept scores then sum to cosines)."""
         embeddings, concepts = batch["embeddings"], batch["concepts"]
         check_concepts(concepts, embeddings, "ExplainR batch")
         widths = (embeddings.shape[1], concepts.shape[1])
@@ -398,19 +422,22 @@ class ExplainR(L.LightningModule):
                 f"ExplainR: a batch of embeddings [B, {widths[0]}] and concepts [B, {widths[1]}], expected "
                 f"[B, embedding_dim={self.hparams.embedding_dim}] and [B, num_concepts={self.hparams.num_concepts}]"
             )
-        keys = batch.get("keys", embeddings)
-        return concepts.to(self.weight.dtype), embeddings.to(self.weight.dtype), keys.to(self.weight.dtype)
+        unit = nn.functional.normalize
+        queries = unit(embeddings.to(self.weight.dtype), dim=-1)
+        keys = unit(batch["keys"].to(self.weight.dtype), dim=-1) if "keys" in batch else queries
+        return concepts.to(self.weight.dtype), queries, keys
 
     # --- training -----------------------------------------------------------------------------------
 
     def normalisers(self, direction: str, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        u, v = getattr(self, f"u_{direction}"), getattr(self, f"v_{direction}")
-        if len(u) < size:
-            pad = torch.zeros(size - len(u), device=u.device, dtype=u.dtype)
-            u, v = torch.cat([u, pad]), torch.cat([v, pad])
-            setattr(self, f"u_{direction}", u)
-            setattr(self, f"v_{direction}", v)
-        return u, v
+        """log u, log v of ``direction``, grown to ``size`` items with -inf (not seen yet)."""
+        log_u, log_v = getattr(self, f"log_u_{direction}"), getattr(self, f"log_v_{direction}")
+        if len(log_u) < size:
+            pad = torch.full((size - len(log_u),), -torch.inf, device=log_u.device, dtype=log_u.dtype)
+            log_u, log_v = torch.cat([log_u, pad]), torch.cat([log_v, pad])
+            setattr(self, f"log_u_{direction}", log_u)
+            setattr(self, f"log_v_{direction}", log_v)
+        return log_u, log_v
 
     def directions(self) -> tuple[str, ...]:
         return ("rows", "columns") if self.hparams.directions == "both" else (self.hparams.directions,)
@@ -418,17 +445,16 @@ class ExplainR(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         concepts, queries, keys = self.unpack(batch)
         index = batch["index"].long().to(self.device)
-        f = self(concepts)
         tau = self.hparams.temperature
-        teacher, student = shifted_exp(queries, keys, tau), shifted_exp(f, keys, tau)
+        teacher, student = cosine_logits(queries, keys, tau), cosine_logits(self(concepts), keys, tau)
         objectives, kls, agreements = [], [], []
         for direction in self.directions():
             t, s = oriented(direction, teacher, student)
-            u_state, v_state = self.normalisers(direction, int(index.max()) + 1)
-            u = moving_average(u_state, index, t.mean(dim=-1), self.hparams.gamma1)
-            v = moving_average(v_state, index, s.detach().mean(dim=-1), self.hparams.gamma2)
-            objectives.append(kd_objective(t, s, u, v))
-            kls.append(similarity_kl(t.log(), s.detach().log()))
+            log_u_state, log_v_state = self.normalisers(direction, int(index.max()) + 1)
+            log_u = log_moving_average(log_u_state, index, log_mean_exp(t), self.hparams.gamma1)
+            log_v = log_moving_average(log_v_state, index, log_mean_exp(s.detach()), self.hparams.gamma2)
+            objectives.append(kd_objective(t, s, log_u, log_v))
+            kls.append(similarity_kl(t, s.detach()))
             agreements.append((t.argmax(dim=-1) == s.argmax(dim=-1)).float().mean())
         loss = torch.stack(objectives).mean()
         self.log_dict(
@@ -456,9 +482,8 @@ class ExplainR(L.LightningModule):
     @torch.no_grad()
     def eval_step(self, batch: dict[str, torch.Tensor]) -> None:
         concepts, queries, keys = self.unpack(batch)
-        f = self(concepts)
         tau = self.hparams.temperature
-        teacher, student = queries @ keys.T / tau, f @ keys.T / tau
+        teacher, student = cosine_logits(queries, keys, tau), cosine_logits(self(concepts), keys, tau)
         kl = [similarity_kl(*oriented(direction, teacher, student)) for direction in self.directions()]
         self._eval["kl"].append(torch.stack(kl).mean())
         self._eval["paired"].append(torch.tensor("keys" in batch))
