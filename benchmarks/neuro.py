@@ -71,24 +71,13 @@ COLUMNS = (
 
 
 def stimuli(source: str, quick: bool, cache: Path) -> dict[str, Any]:
-    """Concepts, MiniLM embeddings, names and the author of every text (encoder cache under ``cache``)."""
-    from trustlit.data.concepts import concept_items
-    from trustlit.interpret.encoders import encode
+    """Concepts, MiniLM embeddings, names and the author of every text (encoder cache under ``cache``): the
+    DataModule's :func:`~trustlit.data.fmri.text_stimuli` (5 texts per author, seed 0)."""
+    from trustlit.data.fmri import text_stimuli
 
-    items = concept_items(source, num_authors=40 if quick else None, tofu_dir=TOFU if source == "tofu" else None)
-    return {
-        "concepts": items.concepts.astype(np.float64),
-        "embeddings": encode(items.texts, "minilm", cache_dir=cache / "embeddings").astype(np.float64),
-        "names": list(items.concept_names),
-        "authors": np.array([item.rsplit("-", 1)[0] for item in items.ids]),
-    }
-
-
-def held_out_authors(authors: np.ndarray, seed: int, fraction: float = 0.2) -> np.ndarray:
-    """A mask of the texts of a seeded ``fraction`` of the authors."""
-    unique = np.unique(authors)
-    chosen = np.random.default_rng(seed).permutation(unique)[: max(2, round(fraction * len(unique)))]
-    return np.isin(authors, chosen)
+    tofu_dir = TOFU if source == "tofu" else None
+    values = text_stimuli(source, 40 if quick else None, 5, 0, cache / "embeddings", tofu_dir)
+    return dict(zip(("concepts", "embeddings", "names", "authors"), values, strict=True))
 
 
 def run_stage(
@@ -108,8 +97,8 @@ def run_stage(
         gain_spread=0.3,
         test_fraction=0.2,
         seed=seed,
+        groups=data["authors"],  # whole authors held out (trustlit.data.fmri.held_out_groups)
     )
-    decoding = dataclasses.replace(decoding, test=held_out_authors(data["authors"], seed))
     selection, shuffle = VARIANTS[variant]
     if shuffle:  # the decoders are invariant to the row order except through the contiguous CV folds
         rows = np.random.default_rng(seed).permutation(len(decoding.test))

@@ -10,24 +10,25 @@ import h5py
 import nibabel
 import numpy as np
 import pytest
-from helpers import quiet_trainer
+from helpers import SHARED_DATA, quiet_trainer
 from scipy.io import savemat
 
-from trustlit.data.fmri import FMRIDecodingDataModule, data_from_batch, load_nsd
+from trustlit.data.concepts import concept_items
+from trustlit.data.fmri import FMRIDecodingDataModule, data_from_batch, held_out_groups, load_nsd
 from trustlit.neuro.decoding import SemanticBottleneckDecoding
 
 SHAPE = (5, 4, 3)  # X, Y, Z
 
 
-def write_nsd(tmp_path, trials_per_stimulus=2, stimuli=6, nifti=False):
+def write_nsd(tmp_path, trials_per_stimulus=2, stimuli=6, nifti=False, shape=SHAPE):
     """A tiny NSD layout: int16 betas (x 300) of `stimuli` stimuli shown `trials_per_stimulus` times, a mask, a CSV
     design, concept annotations and embeddings; returns the paths and the true mean response per stimulus."""
     rng = np.random.default_rng(0)
-    mask = np.zeros(SHAPE)
+    mask = np.zeros(shape)
     mask[1:4, 1:3, :] = 1
     mask[0, 0, 0] = -1  # nsdgeneral's "outside the brain" value
     order = np.tile(np.arange(stimuli), trials_per_stimulus)
-    volumes = rng.integers(-3000, 3000, size=(len(order), *SHAPE)).astype(np.int16)
+    volumes = rng.integers(-3000, 3000, size=(len(order), *shape)).astype(np.int16)
     np.save(tmp_path / "mask.npy", mask)
     if nifti:
         betas = tmp_path / "betas_session01.nii.gz"
@@ -77,6 +78,48 @@ def test_nsd_expdesign_mat_maps_trials_to_subject_images(tmp_path):
     data = load_nsd(betas, **paths, subject=2)
     np.testing.assert_allclose(data.voxels, expected, rtol=1e-5)
     assert data.test.all()  # masterordering <= 1000: the shared images
+
+
+def test_symmetric_grids_need_the_beta_order(tmp_path):
+    """With X == Z, [trials, X, Y, Z] and NSD's MATLAB [trials, Z, Y, X] both fit the mask: the loader refuses to
+    guess, and reads the file right when told its order (write_nsd writes the MATLAB order)."""
+    betas, paths, expected, _ = write_nsd(tmp_path, shape=(4, 3, 4))
+    with pytest.raises(ValueError, match=r"X == Z\): pass beta_order='xyz' or 'zyx'$"):
+        load_nsd(betas, **paths)
+    np.testing.assert_allclose(load_nsd(betas, **paths, beta_order="zyx").voxels, expected, rtol=1e-5)
+    assert not np.allclose(load_nsd(betas, **paths, beta_order="xyz").voxels, expected, rtol=1e-5)
+    with pytest.raises(ValueError, match="beta_order='zxy' is invalid"):
+        load_nsd(betas, **paths, beta_order="zxy")
+
+
+def test_an_explicit_beta_order_must_match_the_mask(tmp_path):
+    betas, paths, expected, _ = write_nsd(tmp_path)  # (5, 4, 3) stored as [trials, 3, 4, 5]
+    np.testing.assert_allclose(load_nsd(betas, **paths, beta_order="zyx").voxels, expected, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"do not match the mask \(5, 4, 3\) as beta_order='xyz'"):
+        load_nsd(betas, **paths, beta_order="xyz")
+
+
+def test_held_out_groups_keep_every_group_on_one_side():
+    groups = np.repeat([f"author-{i}" for i in range(20)], 3)
+    test = held_out_groups(groups, 0.25, seed=4)
+    assert set(groups[test]).isdisjoint(groups[~test]) and len(set(groups[test])) == 5
+    assert np.array_equal(test, held_out_groups(groups, 0.25, seed=4))
+    assert held_out_groups(np.arange(30), 0.01, seed=0).sum() == 2  # at least two groups
+
+
+@pytest.mark.parametrize("source", ["fictitious", "tofu"])
+def test_text_stimuli_hold_out_whole_authors(source):
+    """Author texts: the test texts are all the texts of a fifth of the authors (no author on both sides)."""
+    tofu_dir = str(SHARED_DATA / "tofu") if source == "tofu" else None
+    sizes = {"num_authors": 10, "variants_per_author": 3, "seed": 2}
+    data = FMRIDecodingDataModule(items=source, **sizes, grid=(6, 6, 4), tofu_dir=tofu_dir)
+    data.setup("test")
+    items = concept_items(source, **sizes, tofu_dir=tofu_dir)
+    authors = np.array([item.rsplit("-", 1)[0] for item in items.ids])
+    np.testing.assert_array_equal(data.data.concepts, items.concepts)  # rows are the items in order
+    test = data.data.test
+    assert set(authors[test]).isdisjoint(authors[~test]) and len(set(authors[test])) == 2
+    assert test.sum() == 2 * np.sum(authors == authors[test][0])
 
 
 def test_nsd_bad_files_raise_clear_errors(tmp_path):

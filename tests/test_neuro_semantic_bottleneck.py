@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.metrics import roc_auc_score
 
 from trustlit.neuro.semantic_bottleneck import (
     DirectRidgeDecoder,
@@ -54,8 +55,8 @@ def test_bottleneck_ridges_match_the_closed_form_at_fixed_alphas(small_problem):
 
 
 def test_direct_ridge_matches_the_closed_form_on_standardised_voxels(small_problem):
-    voxels, _, embeddings = small_problem
-    decoder = DirectRidgeDecoder(alphas=[7.0]).fit(voxels, embeddings)
+    voxels, concepts, embeddings = small_problem
+    decoder = DirectRidgeDecoder(alphas=[7.0]).fit(voxels, concepts, embeddings)
     w, w0 = ridge_closed_form(zscore(voxels, voxels), embeddings, 7.0)
     test = voxels[5:9] * 1.1
     np.testing.assert_allclose(decoder.predict(test), zscore(test, voxels) @ w + w0, rtol=1e-8, atol=1e-10)
@@ -64,9 +65,9 @@ def test_direct_ridge_matches_the_closed_form_on_standardised_voxels(small_probl
 def test_rescale_maps_the_predictions_to_the_training_embedding_statistics(small_problem):
     """BrainDiffuser's test-time rescaling: per dimension, the predictions of the rows passed to predict get the
     training embeddings' mean and (population) std, an increasing affine map of the plain predictions."""
-    voxels, _, embeddings = small_problem
-    plain = DirectRidgeDecoder(alphas=[7.0]).fit(voxels, embeddings)
-    rescaled = DirectRidgeDecoder(alphas=[7.0], rescale=True).fit(voxels, embeddings)
+    voxels, concepts, embeddings = small_problem
+    plain = DirectRidgeDecoder(alphas=[7.0]).fit(voxels, concepts, embeddings)
+    rescaled = DirectRidgeDecoder(alphas=[7.0], rescale=True).fit(voxels, concepts, embeddings)
     test = voxels[:9] * 0.7 + 0.2
     h, h_rescaled = plain.predict(test), rescaled.predict(test)
     np.testing.assert_allclose(h_rescaled.mean(0), embeddings.mean(0), atol=1e-12)
@@ -107,7 +108,8 @@ def test_cross_validation_picks_the_bayes_optimal_alpha(prior_variance, selectio
     rng = np.random.default_rng(3)
     x = rng.normal(size=(200, 40))
     y = x @ rng.normal(scale=np.sqrt(prior_variance), size=(40, 300)) + rng.normal(size=(200, 300))
-    chosen = DirectRidgeDecoder(standardize=False, selection=selection).fit(x, y).chosen_alphas["embedding"]
+    decoder = DirectRidgeDecoder(standardize=False, selection=selection).fit(x, np.zeros((200, 1)), y)
+    chosen = decoder.chosen_alphas["embedding"]
     assert isinstance(chosen, float) == (selection == "kfold_shared")
     assert np.median(chosen) == pytest.approx(1 / prior_variance)
 
@@ -130,6 +132,11 @@ def test_region_recovery_auc_on_hand_made_maps():
     # map 1: |w| ranks the region first (AUC 1); map 2 vs region 1: pairs (0.8>0.9 no, 0.8>0.1, 0.2>0.9 no, 0.2>0.1)
     np.testing.assert_allclose(region_recovery_auc(maps, masks, [0, 1]), [1.0, 0.5])
     assert np.isnan(region_recovery_auc(maps, masks, [0, -1])[1])
+    # ties (rounded weights) count 1/2, as scikit-learn's roc_auc_score counts them
+    rng = np.random.default_rng(0)
+    tied, regions = np.round(rng.normal(size=(3, 60)), 1), rng.random((2, 60)) < 0.3
+    expected = [roc_auc_score(regions[r], np.abs(tied[k])) for k, r in enumerate([0, 1, 0])]
+    np.testing.assert_allclose(region_recovery_auc(tied, regions, [0, 1, 0]), expected, rtol=1e-12)
 
 
 def test_weight_maps_of_a_noisy_simulation_find_the_regions():
@@ -162,9 +169,12 @@ def test_simulator_regions_and_patterns():
         (np.ones(4), np.ones((4, 2)), np.ones((4, 2)), r"voxels has shape \(4,\)"),
     ],
 )
-def test_bad_input_raises_one_line(voxels, concepts, embeddings, message):
+@pytest.mark.parametrize("decoder", [SemanticBottleneckDecoder, DirectRidgeDecoder])
+def test_bad_input_raises_one_line(voxels, concepts, embeddings, message, decoder):
+    """Both decoders take fit(voxels, concepts, embeddings) and check all three (the direct ridge ignores the
+    concepts but still refuses non-binary ones and a row count that differs)."""
     with pytest.raises(ValueError, match=message):
-        SemanticBottleneckDecoder().fit(voxels, concepts, embeddings)
+        decoder().fit(voxels, concepts, embeddings)
 
 
 def test_bad_arguments_and_unfitted_use():
@@ -176,7 +186,7 @@ def test_bad_arguments_and_unfitted_use():
         SemanticBottleneckDecoder(selection="loo")
     with pytest.raises(RuntimeError, match="not fitted"):
         DirectRidgeDecoder().predict(np.ones((2, 3)))
-    decoder = DirectRidgeDecoder(alphas=[1.0]).fit(np.eye(4), np.eye(4))
+    decoder = DirectRidgeDecoder(alphas=[1.0]).fit(np.eye(4), np.eye(4), np.eye(4))
     with pytest.raises(ValueError, match="fitted on 4 voxels"):
         decoder.predict(np.ones((2, 3)))
     with pytest.raises(ValueError, match="noise=-1"):

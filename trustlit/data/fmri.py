@@ -5,7 +5,8 @@ Files in the Natural Scenes Dataset's layout (Allen et al. 2022), read by :func:
 
 - ``betas``: one or more single-trial beta files, concatenated in the order given: ``betas_sessionNN.hdf5``
   (dataset ``betas``, [trials, X, Y, Z] or, as NSD's MATLAB-written files hold them, [trials, Z, Y, X]: the order
-  that matches the mask is used) or ``betas_sessionNN.nii.gz`` ([X, Y, Z, trials], needs ``nibabel``). NSD stores
+  that matches the mask is used; when X == Z both match, and ``beta_order`` must say which, ``xyz`` or ``zyx``)
+  or ``betas_sessionNN.nii.gz`` ([X, Y, Z, trials], needs ``nibabel``). NSD stores
   int16 = percent signal change x 300: integer betas are divided by 300 (as BrainDiffuser does), float betas kept.
 - ``mask``: the ROI volume [X, Y, Z] (``nsdgeneral.nii.gz`` or a ``.npy``); voxels with a value > 0 are kept
   (nsdgeneral marks the others 0 or -1).
@@ -21,7 +22,9 @@ The trials of one stimulus are averaged (the paper); stimuli without a concept r
 Simulated data (``source="simulated"``): stimuli are the concept-annotated texts of :mod:`trustlit.data.concepts`
 (``items="fictitious"`` or ``"tofu"``) with their MiniLM embeddings as the target space
 (:func:`trustlit.interpret.encoders.encode`, cached), or ``items="generated"``: random concepts with embeddings
-linear in them (seconds, no encoder); voxels by :func:`~trustlit.neuro.simulator.simulate_voxels`.
+linear in them (seconds, no encoder); voxels by :func:`~trustlit.neuro.simulator.simulate_voxels`. The test
+stimuli are a seeded ``test_fraction`` of the groups (:func:`held_out_groups`): of the authors for the texts, so
+no test text has a sibling description of its author in training; of the stimuli for ``generated``.
 
 :class:`FMRIDecodingDataModule`'s test loader yields one batch (a dict): ``voxels`` [N, V], ``concepts`` [N, K],
 ``embeddings`` [N, D] (float32 tensors), ``test`` [N] bool, ``concept_names``, ``concept_regions`` [K] (region index,
@@ -49,6 +52,8 @@ from trustlit.neuro.simulator import REGIONS, simulate_voxels
 
 NSD_BETA_SCALE = 300.0  # NSD's int16 betas are percent signal change x 300
 NSD_SHARED_IMAGES = 1000  # masterordering <= 1000: the images every subject saw (the test split)
+BetaOrder = Literal["xyz", "zyx"]
+BETA_ORDERS = ("xyz", "zyx")
 
 
 @dataclass(frozen=True)
@@ -134,9 +139,12 @@ def load_mask(path: str | Path) -> np.ndarray:
     return mask > 0
 
 
-def load_betas(path: str | Path, mask: np.ndarray) -> np.ndarray:
-    """One session's betas inside ``mask``, [trials, V] float32 (int16 divided by 300)."""
+def load_betas(path: str | Path, mask: np.ndarray, order: BetaOrder | None = None) -> np.ndarray:
+    """One session's betas inside ``mask``, [trials, V] float32 (int16 divided by 300); ``order``: the spatial axes
+    of an HDF5 file, ``xyz`` or NSD's MATLAB ``zyx`` (None: the one that matches the mask, which X == Z needs)."""
     path = existing(path, "betas file")
+    if order not in (None, *BETA_ORDERS):
+        raise ValueError(f"beta_order={order!r} is invalid, expected None, 'xyz' or 'zyx'")
     if path.suffix in (".hdf5", ".h5"):
         import h5py
 
@@ -144,14 +152,7 @@ def load_betas(path: str | Path, mask: np.ndarray) -> np.ndarray:
             if "betas" not in handle:
                 raise ValueError(f"{path}: no 'betas' dataset (found {sorted(handle)})")
             betas = handle["betas"][()]
-        spatial = betas.shape[1:]
-        if spatial == mask.shape:
-            volume = betas
-        elif spatial == mask.shape[::-1]:  # NSD's MATLAB order [trials, Z, Y, X]
-            volume = betas.transpose(0, 3, 2, 1)
-        else:
-            raise ValueError(f"{path}: betas {betas.shape} do not match the mask {mask.shape} as [trials, X, Y, Z]")
-        selected = volume[:, mask]
+        selected = hdf5_volume(betas, mask, order, path)[:, mask]
     else:
         betas = read_volume(path)
         if betas.ndim != 4 or betas.shape[:3] != mask.shape:
@@ -159,6 +160,21 @@ def load_betas(path: str | Path, mask: np.ndarray) -> np.ndarray:
         selected = betas[mask].T
     integer = np.issubdtype(selected.dtype, np.integer)
     return (selected.astype(np.float32) / NSD_BETA_SCALE) if integer else selected.astype(np.float32)
+
+
+def hdf5_volume(betas: np.ndarray, mask: np.ndarray, order: BetaOrder | None, path: Path) -> np.ndarray:
+    """HDF5 betas as [trials, X, Y, Z]: as stored (``xyz``) or transposed from NSD's MATLAB [trials, Z, Y, X]."""
+    matches = [o for o, shape in (("xyz", mask.shape), ("zyx", mask.shape[::-1])) if betas.shape[1:] == shape]
+    if order is None and len(matches) == 2:  # X == Z: both orders fit the mask
+        raise ValueError(
+            f"{path}: betas {betas.shape} fit the mask {mask.shape} as [trials, X, Y, Z] and as NSD's MATLAB "
+            "[trials, Z, Y, X] (X == Z): pass beta_order='xyz' or 'zyx'"
+        )
+    chosen = order or (matches[0] if matches else None)
+    if chosen not in matches:
+        expected = "[trials, X, Y, Z] or [trials, Z, Y, X]" if order is None else f"beta_order={order!r}"
+        raise ValueError(f"{path}: betas {betas.shape} do not match the mask {mask.shape} as {expected}")
+    return betas if chosen == "xyz" else betas.transpose(0, 3, 2, 1)
 
 
 def load_design(
@@ -224,12 +240,13 @@ def load_nsd(
     subject: int | None = None,
     test_fraction: float = 0.1,
     seed: int = 0,
+    beta_order: BetaOrder | None = None,
 ) -> DecodingData:
     """NSD-style files as :class:`DecodingData` (module docstring): trials averaged per stimulus."""
     if not betas:
         raise ValueError("betas=[] is invalid, expected one or more beta files (betas_sessionNN.hdf5 / .nii.gz)")
     roi = load_mask(mask)
-    trials = np.concatenate([load_betas(path, roi) for path in betas])
+    trials = np.concatenate([load_betas(path, roi, beta_order) for path in betas])
     ids, is_test = load_design(design, len(trials), subject, test_fraction, seed)
     stimulus_ids, names, concept_matrix = load_concepts(concepts)
     targets = check_matrix(np.load(existing(embeddings, "embeddings")), "embeddings")
@@ -268,15 +285,31 @@ def generated_stimuli(n: int, concepts: int, dim: int, seed: int) -> tuple[np.nd
 
 
 def text_stimuli(
-    items: str, num_authors: int | None, variants: int, seed: int, cache_dir: str | None
-) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """The concept-annotated author texts and their MiniLM embeddings."""
+    items: str,
+    num_authors: int | None,
+    variants: int,
+    seed: int,
+    cache_dir: str | Path | None,
+    tofu_dir: str | Path | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """The concept-annotated author texts' concepts, MiniLM embeddings, concept names and authors (one per text)."""
     from trustlit.data.concepts import concept_items
     from trustlit.interpret.encoders import encode
 
-    annotated = concept_items(items, num_authors=num_authors, variants_per_author=variants, seed=seed)
+    annotated = concept_items(
+        items, num_authors=num_authors, variants_per_author=variants, seed=seed, tofu_dir=tofu_dir
+    )
     embeddings = encode(annotated.texts, "minilm", cache_dir=cache_dir)
-    return annotated.concepts.astype(np.float64), embeddings.astype(np.float64), list(annotated.concept_names)
+    authors = np.array([item.rsplit("-", 1)[0] for item in annotated.ids])  # ids are "<author key>-<variant>"
+    return annotated.concepts.astype(np.float64), embeddings.astype(np.float64), list(annotated.concept_names), authors
+
+
+def held_out_groups(groups: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """A mask of the rows of a seeded ``fraction`` of the distinct ``groups`` (at least 2 groups): whole groups
+    are held out, so no group has rows on both sides."""
+    unique = np.unique(groups)
+    chosen = np.random.default_rng(seed).permutation(unique)[: max(2, round(fraction * len(unique)))]
+    return np.isin(groups, chosen)
 
 
 def simulated_data(
@@ -290,14 +323,18 @@ def simulated_data(
     gain_spread: float,
     test_fraction: float,
     seed: int,
+    groups: np.ndarray | None = None,
 ) -> DecodingData:
-    """Stimuli with simulated voxels (:func:`~trustlit.neuro.simulator.simulate_voxels` at ``seed``), a seeded
-    ``test_fraction`` held out."""
+    """Stimuli with simulated voxels (:func:`~trustlit.neuro.simulator.simulate_voxels` at ``seed``), the stimuli
+    of a seeded ``test_fraction`` of the ``groups`` (one per stimulus; None: each stimulus its own) held out."""
     sim = simulate_voxels(
         concepts, concept_names, grid=grid, noise=noise, nuisance=nuisance, gain_spread=gain_spread, seed=seed
     )
-    test = np.zeros(len(concepts), dtype=bool)
-    test[np.random.default_rng(seed).permutation(len(concepts))[: max(2, round(test_fraction * len(concepts)))]] = True
+    if groups is None:
+        groups = np.arange(len(concepts))
+    elif len(groups) != len(concepts):
+        raise ValueError(f"groups has {len(groups)} entries, expected one per stimulus ({len(concepts)})")
+    test = held_out_groups(np.asarray(groups), test_fraction, seed)
     return DecodingData(
         voxels=sim.voxels.astype(np.float64),
         concepts=concepts,
@@ -321,10 +358,14 @@ class FMRIDecodingDataModule(L.LightningDataModule):
             ``generated`` (``num_stimuli`` x ``num_concepts`` random concepts, no encoder).
         num_authors, variants_per_author: sizes of the text items (:func:`trustlit.data.concepts.concept_items`).
         grid, noise, nuisance, gain_spread: the simulator's (:func:`~trustlit.neuro.simulator.simulate_voxels`).
-        test_fraction: stimuli held out (simulated; files without a split).
+        test_fraction: held out: of the authors (``fictitious`` / ``tofu``: whole authors), of the stimuli
+            (``generated``; files without a split).
         seed: seeds the stimuli, the simulator and the split.
         cache_dir: where the MiniLM embeddings are cached (None: not cached).
+        tofu_dir: the directory with TOFU's ``full.json`` (``items: tofu``).
         betas, mask, design, concepts, embeddings, subject: the ``nsd`` files (:func:`load_nsd`).
+        beta_order: the spatial axes of HDF5 betas, ``xyz`` or NSD's MATLAB ``zyx`` (None: the one matching the
+            mask; needed when X == Z).
 
     Notes: docs/methods/semantic_bottleneck.md
     """
@@ -344,12 +385,14 @@ class FMRIDecodingDataModule(L.LightningDataModule):
         test_fraction: OpenUnitInterval = 0.2,
         seed: NonNegativeInt = 0,
         cache_dir: str | None = None,
+        tofu_dir: str | None = None,
         betas: list[str] | None = None,
         mask: str | None = None,
         design: str | None = None,
         concepts: str | None = None,
         embeddings: str | None = None,
         subject: int | None = None,
+        beta_order: BetaOrder | None = None,
     ) -> None:
         super().__init__()
         check_arguments(FMRIDecodingDataModule.__init__, locals())
@@ -379,14 +422,19 @@ class FMRIDecodingDataModule(L.LightningDataModule):
                 subject=hp.subject,
                 test_fraction=float(hp.test_fraction),
                 seed=int(hp.seed),
+                beta_order=hp.beta_order,
             )
             return
+        groups = None  # generated stimuli: each its own group
         if hp["items"] == "generated":
             stimuli = generated_stimuli(int(hp.num_stimuli), int(hp.num_concepts), 64, int(hp.seed))
         else:
-            stimuli = text_stimuli(hp["items"], hp.num_authors, int(hp.variants_per_author), int(hp.seed), hp.cache_dir)
+            *stimuli, groups = text_stimuli(
+                hp["items"], hp.num_authors, int(hp.variants_per_author), int(hp.seed), hp.cache_dir, hp.tofu_dir
+            )
         self.data = simulated_data(
             *stimuli,
+            groups=groups,
             grid=tuple(int(n) for n in hp.grid),
             noise=float(hp.noise),
             nuisance=float(hp.nuisance),

@@ -56,7 +56,7 @@ def decode(
             f"decoding needs >= 2 train and >= 2 test stimuli, got {int(train.sum())} and {int(test.sum())}"
         )
     bottleneck.fit(data.voxels[train], data.concepts[train], data.embeddings[train])
-    direct.fit(data.voxels[train], data.embeddings[train])
+    direct.fit(data.voxels[train], data.concepts[train], data.embeddings[train])
     truth = data.embeddings[test]
     predicted = {
         "bottleneck": bottleneck.predict(data.voxels[test]),

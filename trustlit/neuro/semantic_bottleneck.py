@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import StandardScaler
 
+from trustlit.audit.mia import roc_auc
 from trustlit.neuro.ridge import RidgeSolution, Selection, check_alphas, check_cv, check_selection, fit_ridge
 
 CONCEPT_ALPHAS = tuple(np.logspace(-6, 6, 13).tolist())  # A: the paper's 1e-6 <= alpha <= 1e6
@@ -207,6 +207,9 @@ class DirectRidgeDecoder(_Fitted):
     the semantic bottleneck (BrainDiffuser fixes alpha = 6e4 for every target; here the CV picks one per target from
     the same grid as A, as for the bottleneck).
 
+    ``fit(voxels, concepts, embeddings)`` has the bottleneck's signature, so the two are interchangeable: the
+    concepts are checked (0/1, one row per stimulus) and not used.
+
     Args: as :class:`SemanticBottleneckDecoder` (``alphas``, ``cv``, ``selection``, ``standardize``), and
         rescale: BrainDiffuser's test-time rescaling (off by default; transductive): each predicted dimension is
             z-scored over the rows passed to ``predict`` and mapped to the training embeddings' mean and std,
@@ -231,11 +234,12 @@ class DirectRidgeDecoder(_Fitted):
         self.embedding_scale = _Standardised(bool(rescale))  # the training embeddings' statistics
         self.embedding_map: RidgeSolution | None = None
 
-    def fit(self, voxels: np.ndarray, embeddings: np.ndarray) -> DirectRidgeDecoder:
-        """Fit the ridge voxels [N, V] -> embeddings [N, D]."""
+    def fit(self, voxels: np.ndarray, concepts: np.ndarray, embeddings: np.ndarray) -> DirectRidgeDecoder:
+        """Fit the ridge voxels [N, V] -> embeddings [N, D]; ``concepts`` [N, K] in {0, 1} are checked, not used
+        (the bottleneck's signature)."""
         z = check_matrix(voxels, "voxels")
         h = check_matrix(embeddings, "embeddings")
-        check_lengths(voxels=z, embeddings=h)
+        check_lengths(voxels=z, concepts=check_concepts(concepts), embeddings=h)
         self.embedding_map = fit_ridge(self.voxel_scale.fit(z), h, self.alphas, self.cv, self.selection)
         self.embedding_scale.fit(h)
         self.n_voxels = z.shape[1]
@@ -317,5 +321,5 @@ def region_recovery_auc(
     aucs = np.full(len(w), np.nan)
     for k, region in enumerate(concept_regions):
         if region >= 0:
-            aucs[k] = roc_auc_score(masks[region], np.abs(w[k]))
+            aucs[k] = roc_auc(np.abs(w[k]), masks[region])
     return aucs
