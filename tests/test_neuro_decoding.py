@@ -124,7 +124,7 @@ def test_text_stimuli_hold_out_whole_authors(source):
 
 def test_nsd_bad_files_raise_clear_errors(tmp_path):
     betas, paths, _, _ = write_nsd(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"ROI mask not found: .*missing\.npy"):
+    with pytest.raises(FileNotFoundError, match=r"mask='.*missing\.npy': no such file"):
         load_nsd(betas, **{**paths, "mask": str(tmp_path / "missing.npy")})
     np.save(tmp_path / "small_mask.npy", np.ones((2, 2, 2)))
     with pytest.raises(ValueError, match=r"do not match the mask \(2, 2, 2\)"):

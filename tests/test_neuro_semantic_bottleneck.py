@@ -165,7 +165,7 @@ def test_simulator_regions_and_patterns():
     [
         (np.where(np.eye(4, 3) == 1, np.nan, 0), np.ones((4, 2)), np.ones((4, 2)), "voxels has 3 NaN.*row 0, column 0"),
         (np.ones((4, 3)), np.ones((5, 2)), np.ones((4, 2)), "voxels has 4, concepts has 5, embeddings has 4 rows"),
-        (np.ones((4, 3)), np.full((4, 2), 0.3), np.ones((4, 2)), r"concepts must be binary.*0.3 at row 0, column 0"),
+        (np.ones((4, 3)), np.full((4, 2), 0.3), np.ones((4, 2)), r"concepts: value 0.3 at row 0, column 0 is not"),
         (np.ones(4), np.ones((4, 2)), np.ones((4, 2)), r"voxels has shape \(4,\)"),
     ],
 )

@@ -49,6 +49,7 @@ from torch.utils.data import DataLoader
 from trustlit.hparams import NonNegativeFloat, NonNegativeInt, OpenUnitInterval, PositiveInt, check_arguments
 from trustlit.neuro.semantic_bottleneck import check_concepts, check_matrix
 from trustlit.neuro.simulator import REGIONS, simulate_voxels
+from trustlit.paths import existing_file
 
 NSD_BETA_SCALE = 300.0  # NSD's int16 betas are percent signal change x 300
 NSD_SHARED_IMAGES = 1000  # masterordering <= 1000: the images every subject saw (the test split)
@@ -107,13 +108,6 @@ def data_from_batch(batch: dict[str, Any]) -> DecodingData:
 # -- files --------------------------------------------------------------------------------------------------------
 
 
-def existing(path: str | Path, what: str) -> Path:
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"{what} not found: {path}")
-    return path
-
-
 def read_volume(path: Path) -> np.ndarray:
     """A NIfTI (``.nii``/``.nii.gz``, with nibabel) or ``.npy`` array."""
     if path.name.endswith((".nii", ".nii.gz")):
@@ -131,7 +125,7 @@ def read_volume(path: Path) -> np.ndarray:
 
 def load_mask(path: str | Path) -> np.ndarray:
     """The ROI [X, Y, Z] as bool (value > 0)."""
-    mask = read_volume(existing(path, "ROI mask"))
+    mask = read_volume(existing_file(path, "mask"))
     if mask.ndim != 3:
         raise ValueError(f"{path}: the ROI mask has shape {mask.shape}, expected a 3-D volume [X, Y, Z]")
     if not (mask > 0).any():
@@ -142,7 +136,7 @@ def load_mask(path: str | Path) -> np.ndarray:
 def load_betas(path: str | Path, mask: np.ndarray, order: BetaOrder | None = None) -> np.ndarray:
     """One session's betas inside ``mask``, [trials, V] float32 (int16 divided by 300); ``order``: the spatial axes
     of an HDF5 file, ``xyz`` or NSD's MATLAB ``zyx`` (None: the one that matches the mask, which X == Z needs)."""
-    path = existing(path, "betas file")
+    path = existing_file(path, "betas")
     if order not in (None, *BETA_ORDERS):
         raise ValueError(f"beta_order={order!r} is invalid, expected None, 'xyz' or 'zyx'")
     if path.suffix in (".hdf5", ".h5"):
@@ -181,7 +175,7 @@ def load_design(
     path: str | Path, trials: int, subject: int | None, test_fraction: float, seed: int
 ) -> tuple[np.ndarray, dict[str, bool]]:
     """The stimulus id of each of ``trials`` trials and which stimuli are test stimuli (module docstring)."""
-    path = existing(path, "design file")
+    path = existing_file(path, "design")
     if path.suffix == ".mat":
         from scipy.io import loadmat
 
@@ -218,7 +212,7 @@ def read_csv(path: Path, required: str) -> list[dict[str, str]]:
 
 def load_concepts(path: str | Path) -> tuple[list[str], list[str], np.ndarray]:
     """Stimulus ids, concept names and the 0/1 matrix [rows, K] of a concept CSV."""
-    path = existing(path, "concept annotations")
+    path = existing_file(path, "concepts")
     rows = read_csv(path, "stimulus_id")
     names = [name for name in rows[0] if name != "stimulus_id"]
     if not names:
@@ -249,7 +243,7 @@ def load_nsd(
     trials = np.concatenate([load_betas(path, roi, beta_order) for path in betas])
     ids, is_test = load_design(design, len(trials), subject, test_fraction, seed)
     stimulus_ids, names, concept_matrix = load_concepts(concepts)
-    targets = check_matrix(np.load(existing(embeddings, "embeddings")), "embeddings")
+    targets = check_matrix(np.load(existing_file(embeddings, "embeddings")), "embeddings")
     if len(targets) != len(stimulus_ids):
         raise ValueError(f"{embeddings}: {len(targets)} rows, the concept CSV {concepts} has {len(stimulus_ids)}")
     row_of = {sid: i for i, sid in enumerate(stimulus_ids)}

@@ -31,6 +31,7 @@ import numpy as np
 from sklearn.preprocessing import StandardScaler
 
 from trustlit.audit.mia import roc_auc
+from trustlit.data.concepts import check_binary
 from trustlit.neuro.ridge import RidgeSolution, Selection, check_alphas, check_cv, check_selection, fit_ridge
 
 CONCEPT_ALPHAS = tuple(np.logspace(-6, 6, 13).tolist())  # A: the paper's 1e-6 <= alpha <= 1e6
@@ -58,13 +59,7 @@ def check_matrix(values: np.ndarray, name: str) -> np.ndarray:
 def check_concepts(concepts: np.ndarray) -> np.ndarray:
     """``concepts`` as a float64 [N, K] array of 0/1 answers; anything else raises one line saying where."""
     array = check_matrix(concepts, "concepts")
-    bad = (array != 0) & (array != 1)
-    if bad.any():
-        row, column = (int(i[0]) for i in np.nonzero(bad))
-        raise ValueError(
-            f"concepts must be binary (0/1 yes/no answers): found {float(array[row, column])!r} "
-            f"at row {row}, column {column}"
-        )
+    check_binary(array, "concepts")
     return array
 
 
