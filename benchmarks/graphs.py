@@ -49,7 +49,7 @@ from trustlit.graphs.classifier import (
 )
 from trustlit.graphs.filtrations import GraphIndex
 
-FIGURE = "docs/benchmarks/graphs_toper_scatter.png"
+FIGURE = "docs/benchmarks/graphs_toper_scatter{suffix}.png"  # a quick run's figure does not replace the full run's
 # A 4-point slice of the paper's 144-point grid (appendix A.7, PAPER_GRID): hidden {16, 64} x lr {0.01, 0.001}, L2
 # 1e-3, ReLU (no hidden batch norm, no dropout: the model's defaults); what 1 core allows per task.
 MLP_GRID = expand_grid(
@@ -165,12 +165,14 @@ def method_rows(results: dict[str, dict[str, Any]]) -> list[list[str]]:
 HEADER = ["method", "nested acc %", "test-fold acc %", "inflation (points)", "features ms/graph", "PI time / time"]
 
 
-def scatter(task: str, args: argparse.Namespace) -> Path:
-    """Pivot vs growth of the degree sublevel filtration, one colour per class."""
+def scatter(task: str, args: argparse.Namespace) -> str:
+    """Pivot vs growth of the degree sublevel filtration, one colour per class; the figure's repository path."""
     graphs, labels, names = generated_graphs(task, scale(args)["graphs_per_class"], seed=0)
     features, _ = cached_features(graphs, "toper", ["degree"], ["sub"], None)
     title = f"TopER vectors of the {task} task"
-    return toper_scatter(features, labels, names, repo_path(FIGURE), label="degree, sublevel", title=title)
+    figure = FIGURE.format(suffix="_quick" if args.quick else "")
+    toper_scatter(features, labels, names, repo_path(figure), label="degree, sublevel", title=title)
+    return figure
 
 
 def verdict(results: dict[str, dict[str, Any]]) -> str:
@@ -205,7 +207,7 @@ def above_chance(result: dict[str, Any], classes: int) -> bool:
 def generators_section(args: argparse.Namespace) -> str:
     size = scale(args)
     results = task_results("generators", args)
-    scatter("generators", args)
+    figure = scatter("generators", args)
     return f"""## Random-graph-model task: which generator made the graph
 
 {size["graphs_per_class"]} graphs per generator (Erdős–Rényi, Barabási–Albert, Watts–Strogatz with rewiring 0.1, a
@@ -222,7 +224,7 @@ inner 3 folds. "Inflation": test-fold minus nested accuracy, what selecting on t
 
 {verdict(results)}
 
-Figure: `{FIGURE}` (pivot vs growth of the degree sublevel filtration, one colour per generator).
+Figure: `{figure}` (pivot vs growth of the degree sublevel filtration, one colour per generator).
 """
 
 
