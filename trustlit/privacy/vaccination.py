@@ -387,9 +387,8 @@ def geometric_lengths(n: int) -> list[int]:
 
 
 def walk4_total(adjacency: sp.csr_matrix) -> int:
-    """W_4 = 1ᵀ A^4 1 = sum_v s_v^2, the number of walks with 4 edges (s = A^2 1, :func:`walk2_counts`)."""
-    s = walk2_counts(adjacency)
-    return int(s @ s)
+    """W_4 = 1ᵀ A^4 1 = sum_v s_v^2, the number of walks with 4 edges (s = A^2 1, :meth:`WalkCounts.total`)."""
+    return WalkCounts(adjacency).total()
 
 
 def walk4_units(degree_bound: int) -> int:
@@ -420,14 +419,19 @@ class WalkCounts:
         a2 = self.a @ self.a
         self.t = np.asarray(self.a.multiply(a2).sum(axis=1)).ravel().astype(np.int64)
         self.q = np.asarray(a2.multiply(a2).sum(axis=1)).ravel().astype(np.int64)
+        self._walk2: tuple[np.ndarray, np.ndarray] | None = None
 
     def _times(self, y: np.ndarray) -> np.ndarray:
         """A' y for the adjacency A' of the remaining graph."""
         return self.alive * (self.a @ (self.alive * y))
 
     def degrees_and_walk2(self) -> tuple[np.ndarray, np.ndarray]:
-        d = self._times(np.ones_like(self.alive))
-        return d, self._times(d)
+        """(d, s) of the remaining graph, cached until the next :meth:`remove`: a step of Algorithm 3 reads them in
+        :meth:`total` and again in the next :meth:`utilities`."""
+        if self._walk2 is None:
+            d = self._times(np.ones_like(self.alive))
+            self._walk2 = d, self._times(d)
+        return self._walk2
 
     def total(self) -> int:
         """W_4 of the remaining graph."""
@@ -451,6 +455,7 @@ class WalkCounts:
         self.t -= 2 * neighbours * a2_x
         self.alive[x] = 0
         self.t[x] = self.q[x] = 0
+        self._walk2 = None
 
 
 def walk4_through(adjacency: sp.csr_matrix) -> np.ndarray:
