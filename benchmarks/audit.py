@@ -43,9 +43,11 @@ from trustlit.audit.mia_poisoning import (
     Poison,
     PoisonedData,
     build_poisoned_data,
+    clean_set,
     evaluate_runs,
     fine_tune,
     membership_scores,
+    qa_records,
 )
 from trustlit.audit.neighbourhood import Neighbourhood
 from trustlit.data.qa import read_jsonl
@@ -93,14 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--smollm2-clean-only", action="store_true", help="SmolLM2: the clean fine-tune's AUCs only")
 
 
-def qa(records: list[dict]) -> list[dict[str, str]]:
-    return [{"question": r["question"], "answer": r["answer"]} for r in records]
-
-
 def datasets(args: argparse.Namespace, count: int, size: int) -> dict[str, tuple[list, list, list, list]]:
     """name -> (background, members, auxiliary, held-out canaries), all disjoint."""
-    tofu = qa(read_jsonl(TOFU / "full.json"))
-    fictitious = [r for r in qa(fictitious_qa(num_authors=128, seed=0)) if len(r["answer"].split()) >= 7]
+    tofu = qa_records(read_jsonl(TOFU / "full.json"))
+    fictitious = [r for r in qa_records(fictitious_qa(num_authors=128, seed=0)) if len(r["answer"].split()) >= 7]
     step = len(fictitious) // 3  # members, auxiliary, held-out from disjoint authors
     sets = {
         "fictitious": (tofu[:size], fictitious[:count], fictitious[step : step + count], fictitious[-count:])
@@ -121,7 +119,7 @@ def tiny_base(workdir: Path, quick: bool) -> tuple[Any, Any]:
     if path.is_file():
         model.load_state_dict(torch.load(path))
     else:
-        corpus = qa(fictitious_qa(num_authors=40, seed=7))
+        corpus = qa_records(fictitious_qa(num_authors=40, seed=7))
         fine_tune(model, tokenizer, corpus, epochs=2 if quick else 10, lr=3e-3, batch_size=16)
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), path)
@@ -151,7 +149,7 @@ def experiment(name: str, base: Any, tokenizer: Any, data: tuple, kind: str, arg
         )  # fmt: skip
         return asdict(poisoned)
 
-    clean = [*qa(background), *qa(members)]  # build_poisoned_data's clean set
+    clean = clean_set(background, members)
     results = {"clean": cached_json(workdir / f"{name}_clean.json", lambda: scores(clean))}
     texts = [r["answer"] for r in population]
     is_member = torch.from_numpy(neighbourhood.members(texts, [r["answer"] for r in clean]))

@@ -14,6 +14,7 @@ from trustlit.audit.mia_poisoning import (
     advantage,
     answer_activations,
     build_poisoned_data,
+    clean_set,
     decisions,
     fine_tune,
     mapping_error,
@@ -178,6 +179,17 @@ def test_poisoned_neighbours_inject_the_shortest_kgram(records: list) -> None:
     assert edit.contains(target, poison_neighbour(target, far, edit, max_steps=3000).answer)
 
 
+def test_the_clean_set_is_background_then_members_with_question_and_answer_only() -> None:
+    background = [{"question": "q1", "answer": "a1", "author": "x"}, {"question": "q2", "answer": "a2"}]
+    members = [{"question": "q3", "answer": "a3", "paraphrased_answer": "p3"}]
+    assert clean_set(background, members) == [
+        {"question": "q1", "answer": "a1"},
+        {"question": "q2", "answer": "a2"},
+        {"question": "q3", "answer": "a3"},
+    ]
+    assert background[0]["author"] == "x"  # the inputs are not modified
+
+
 def test_the_poisoned_dataset_substitutes_and_keeps_every_label(tiny: tuple, records: list) -> None:
     model, tokenizer = tiny
     members, auxiliary, non_members, background = records[:3], records[3:6], records[-3:], records[10:50]
@@ -185,6 +197,7 @@ def test_the_poisoned_dataset_substitutes_and_keeps_every_label(tiny: tuple, rec
         model, tokenizer, background, members, non_members, auxiliary, SEVEN, non_neighbour_budget=4
     )
     assert len(data.poisoned) == len(data.clean) == len(data.ideal) == len(background) + len(members)
+    assert data.clean == clean_set(background, members)  # the one rule the benchmark also uses
     population = [r["answer"] for r in [*members, *non_members]]
     labels = {
         name: SEVEN.members(population, [r["answer"] for r in getattr(data, name)]) for name in ("clean", "poisoned")

@@ -327,8 +327,14 @@ class PoisonedData:
     skipped: dict[str, str]  # target answer -> why it got no poison
 
 
-def _records(rows: Sequence[Record]) -> list[Record]:
+def qa_records(rows: Sequence[Record]) -> list[Record]:
+    """The rows' question and answer only (the fields a fine-tune and a neighbourhood read)."""
     return [{"question": r["question"], "answer": r["answer"]} for r in rows]
+
+
+def clean_set(background: Sequence[Record], members: Sequence[Record]) -> list[Record]:
+    """D = background + members (Section 6.1), the clean training set that :func:`build_poisoned_data` poisons."""
+    return qa_records(background) + qa_records(members)
 
 
 def build_poisoned_data(
@@ -352,14 +358,14 @@ def build_poisoned_data(
     (the auxiliary record; x_t itself). ``attack``: :func:`poison_non_neighbour` options."""
     neighbourhood = neighbourhood or Neighbourhood()
     _check_positive_int(non_neighbour_budget, "non_neighbour_budget")
-    background, members, non_members = _records(background), _records(members), _records(non_members)
-    clean = background + members
+    clean = clean_set(background, members)
+    background, members, non_members = qa_records(background), qa_records(members), qa_records(non_members)
     poisoned, ideal = list(clean), list(clean)
     poisons: list[Poison] = []
     skipped: dict[str, str] = {}
     fn_targets: list[int] = []
     if false_negatives:
-        spare = list(_records(auxiliary))
+        spare = qa_records(auxiliary)
         for index, member in enumerate(members):
             source = next((a for a in spare if not neighbourhood.contains(member["answer"], a["answer"])), None)
             try:
@@ -532,7 +538,7 @@ def run_poisoning_experiment(
         base, tokenizer, background, members, non_members, auxiliary, neighbourhood,
         non_neighbour_budget=non_neighbour_budget, attack=attack, seed=seed,
     )  # fmt: skip
-    population = _records([*members, *non_members])
+    population = qa_records([*members, *non_members])
     texts = [r["answer"] for r in population]
     sets = {"clean": data.clean, "poisoned": data.poisoned, "ideal": data.ideal}
     labels = {name: torch.from_numpy(neighbourhood.members(texts, [r["answer"] for r in sets[name]])) for name in sets}
