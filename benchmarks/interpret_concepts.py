@@ -81,28 +81,6 @@ def dataset(source: str, mention_name: bool, quick: bool, cache: Path) -> dict[s
     }
 
 
-class Rows(torch.utils.data.Dataset):
-    """Training rows served a minibatch at a time (``__getitems__``): no per-item collation, which dominated a
-    150-epoch run on a few hundred items."""
-
-    def __init__(self, concepts: torch.Tensor, embeddings: torch.Tensor) -> None:
-        self.concepts, self.embeddings = concepts, embeddings
-
-    def __len__(self) -> int:
-        return len(self.concepts)
-
-    def __getitems__(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        index = torch.tensor(indices)
-        return {"embeddings": self.embeddings[index], "concepts": self.concepts[index], "index": index}
-
-
-def loader(concepts: torch.Tensor, embeddings: torch.Tensor, batch_size: int) -> Any:
-    from torch.utils.data import DataLoader
-
-    rows = Rows(concepts, embeddings)
-    return DataLoader(rows, batch_size, shuffle=True, drop_last=len(rows) > batch_size, collate_fn=lambda b: b)
-
-
 def measured(queries: torch.Tensor, data: dict[str, Any], pool: str = "test") -> dict[str, float]:
     """:func:`faithfulness` of surrogate queries of the ``pool`` items (``test`` held out, ``seen`` training),
     also with same-author pairs left out (``cross_``)."""
@@ -125,15 +103,20 @@ def in_sample(queries: torch.Tensor, data: dict[str, Any]) -> dict[str, float]:
 
 def explain_r(data: dict[str, Any], batch_size: int, epochs: int, seed: int) -> dict[str, Any]:
     import lightning as L
+    from torch.utils.data import DataLoader
 
+    from trustlit.data.activations import as_batch
+    from trustlit.data.concepts import EmbeddingConcepts
     from trustlit.interpret.concepts import ExplainR, deletion_agreement
 
     train, test = ~data["test"], data["test"]
     concepts, embeddings = data["concepts"], data["embeddings"]
     L.seed_everything(seed, verbose=False)
     model = ExplainR(num_concepts=concepts.shape[1], embedding_dim=embeddings.shape[1], figure_items=0)
+    rows = EmbeddingConcepts(embeddings[train], concepts[train])  # shuffled by the global seed; full batches only
+    batches = DataLoader(rows, batch_size, shuffle=True, drop_last=len(rows) > batch_size, collate_fn=as_batch)
     began = time.perf_counter()
-    bare_trainer(max_epochs=epochs).fit(model, loader(concepts[train], embeddings[train], batch_size))
+    bare_trainer(max_epochs=epochs).fit(model, batches)
     seconds = time.perf_counter() - began
     with torch.no_grad():
         result = measured(model(concepts[test]), data) | in_sample(model(concepts[data["seen"]]), data)

@@ -14,6 +14,7 @@ from trustlit.data.concepts import (
     Author,
     ConceptItems,
     EmbeddingConceptDataModule,
+    EmbeddingConcepts,
     check_binary,
     concept_items,
     drop_rare_values,
@@ -267,6 +268,17 @@ def test_datamodule_generated_and_cached(tmp_path, one_thread):
     anonymous.setup()
     expected = concept_items("fictitious", num_authors=12, variants_per_author=2, mention_name=False)
     assert anonymous.texts == expected.texts
+
+
+def test_embedding_concepts_batches_are_the_stacked_items():
+    """``__getitems__`` (a whole minibatch by one indexing) returns what stacking ``__getitem__`` would."""
+    embeddings, concepts = torch.randn(7, 3), (torch.rand(7, 2) < 0.5).float()
+    rows = EmbeddingConcepts(embeddings, concepts)
+    batch = rows.__getitems__([5, 0, 3])
+    assert set(batch) == {"embeddings", "concepts", "index"} and batch["index"].tolist() == [5, 0, 3]
+    for key in batch:
+        torch.testing.assert_close(batch[key], torch.stack([rows[i][key] for i in (5, 0, 3)]))
+    torch.testing.assert_close(batch["embeddings"], embeddings[[5, 0, 3]])
 
 
 def write_files(tmp_path, embeddings, concepts, names=None, suffix=".csv"):

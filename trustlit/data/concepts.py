@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from trustlit.data.activations import as_batch
 from trustlit.data.qa import read_jsonl
 from trustlit.fictitious import generate_authors
 from trustlit.hparams import ClosedUnitInterval, NonNegativeInt, PositiveInt, check_arguments
@@ -437,8 +438,10 @@ def check_binary(values: np.ndarray | torch.Tensor, name: str) -> None:
     )
 
 
-class _EmbeddingConcepts(Dataset):
-    """Rows of one split as ``{"embeddings", "concepts", "index"}`` (index: the position within the split)."""
+class EmbeddingConcepts(Dataset):
+    """Rows of one split as ``{"embeddings", "concepts", "index"}`` (index: the position within the split), a
+    minibatch at a time (``__getitems__``; collate with :func:`~trustlit.data.activations.as_batch`): no per-item
+    collation, which dominated a 150-epoch run on a few hundred items."""
 
     def __init__(self, embeddings: torch.Tensor, concepts: torch.Tensor) -> None:
         self.embeddings, self.concepts = embeddings, concepts
@@ -446,12 +449,12 @@ class _EmbeddingConcepts(Dataset):
     def __len__(self) -> int:
         return len(self.embeddings)
 
+    def __getitems__(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        index = torch.as_tensor(indices, dtype=torch.long)
+        return {"embeddings": self.embeddings[index], "concepts": self.concepts[index], "index": index}
+
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        return {
-            "embeddings": self.embeddings[index],
-            "concepts": self.concepts[index],
-            "index": torch.tensor(index, dtype=torch.long),
-        }
+        return {key: value[0] for key, value in self.__getitems__([index]).items()}
 
 
 def load_concept_matrix(path: Path) -> np.ndarray:
@@ -515,7 +518,7 @@ class EmbeddingConceptDataModule(L.LightningDataModule):
         if val_fraction + test_fraction >= 1:
             raise ValueError(f"val_fraction ({val_fraction}) + test_fraction ({test_fraction}) must be below 1")
         self.save_hyperparameters()
-        self.splits: dict[str, _EmbeddingConcepts] = {}
+        self.splits: dict[str, EmbeddingConcepts] = {}
         self.rows: dict[str, np.ndarray] = {}
         self.texts: list[str] | None = None
         self.concept_names: list[str] = []
@@ -576,7 +579,7 @@ class EmbeddingConceptDataModule(L.LightningDataModule):
         for split, (start, stop) in bounds.items():
             rows = np.sort(order[start:stop])
             self.rows[split] = rows
-            self.splits[split] = _EmbeddingConcepts(
+            self.splits[split] = EmbeddingConcepts(
                 torch.as_tensor(embeddings[rows], dtype=torch.float32),
                 torch.as_tensor(concepts[rows], dtype=torch.float32),
             )
@@ -589,6 +592,7 @@ class EmbeddingConceptDataModule(L.LightningDataModule):
             shuffle=shuffle,
             generator=generator,
             num_workers=self.hparams.num_workers,
+            collate_fn=as_batch,
         )
 
     def train_dataloader(self) -> DataLoader:
