@@ -47,7 +47,6 @@ import importlib
 import importlib.metadata
 import json
 import math
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -58,7 +57,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from trustlit.hparams import NonNegativeInt, PositiveInt, check_arguments
+from trustlit.hparams import NonNegativeInt, PositiveInt, check_arguments, plain_numbers
 from trustlit.paths import atomic_path
 
 Task = Literal["generators", "er", "rp", "rg", "sbm", "tu"]
@@ -119,10 +118,12 @@ def load_tu_dataset(directory: str | Path, name: str | None = None) -> tuple[lis
     if edges.shape[1] != 2 or edges.min(initial=1) < 1 or edges.max(initial=1) > indicator.size:
         raise ValueError(f"TU dataset {name!r}: {name}_A.txt must hold 'i, j' node ids in 1..{indicator.size}")
     graph_of = indicator - 1
-    local = np.zeros_like(graph_of)  # a node's position within its graph (nodes in global-id order)
-    for g in range(count):
-        members = np.flatnonzero(graph_of == g)
-        local[members] = np.arange(members.size)
+    # a node's position within its graph (nodes in global-id order): its rank in a stable sort by graph, less the
+    # rank of its graph's first node
+    order = np.argsort(graph_of, kind="stable")
+    first = np.searchsorted(graph_of[order], np.arange(count))
+    local = np.empty_like(graph_of)
+    local[order] = np.arange(graph_of.size) - first[graph_of[order]]
     graphs = [nx.Graph() for _ in range(count)]
     for node, g in enumerate(graph_of):
         graphs[g].add_node(int(local[node]))
@@ -362,23 +363,21 @@ def cached_features(
     filtrations: Sequence[str],
     levels: Sequence[str],
     cache_dir: str | Path | None,
-) -> tuple[np.ndarray, float]:
-    """``(features [N, D], seconds per graph)``, read from ``cache_dir`` when an earlier run computed them for the
-    same graphs and configuration (the key includes the feature code's source), computed and written there
-    atomically otherwise (``cache_dir=None``: no cache)."""
+) -> np.ndarray:
+    """The feature matrix [N, D], read from ``cache_dir`` when an earlier run computed it for the same graphs and
+    configuration (the key includes the feature code's source), computed and written there atomically otherwise
+    (``cache_dir=None``: no cache)."""
     compute = feature_function(features)
     key = feature_key(graphs, features, filtrations, levels)
     path = None if cache_dir is None else Path(cache_dir).expanduser() / f"{features}_{key[:24]}.npz"
     if path is not None and path.is_file():
         with np.load(path) as stored:
-            return stored["features"], float(stored["seconds_per_graph"])
-    began = time.perf_counter()
+            return stored["features"]
     values = np.asarray(compute(graphs, filtrations, levels), dtype=np.float64)
-    seconds = (time.perf_counter() - began) / max(len(graphs), 1)
     if path is not None:
         with atomic_path(path) as temporary, temporary.open("wb") as handle:
-            np.savez(handle, features=values, seconds_per_graph=seconds)
-    return values, seconds
+            np.savez(handle, features=values)
+    return values
 
 
 class GraphDataModule(L.LightningDataModule):
@@ -426,11 +425,11 @@ class GraphDataModule(L.LightningDataModule):
             raise ValueError(f"GraphDataModule: val_folds={val_folds!r} is invalid, expected an integer >= 2")
         feature_function(features)  # a bad name fails here, not at setup
         self.save_hyperparameters()
+        plain_numbers(self.hparams)
         self.graphs: list[nx.Graph] = []
         self.labels = np.zeros(0, dtype=np.int64)
         self.class_names: list[str] = []
         self.features = np.zeros((0, 0))
-        self.seconds_per_graph = math.nan
 
     @property
     def filtrations(self) -> list[str]:
@@ -455,22 +454,20 @@ class GraphDataModule(L.LightningDataModule):
         self.graphs, self.labels, self.class_names = graph_collection(
             hp.task,
             path=hp.path,
-            graphs_per_class=int(hp.graphs_per_class),
-            min_nodes=int(hp.min_nodes),
-            max_nodes=int(hp.max_nodes),
-            seed=int(hp.seed),
+            graphs_per_class=hp.graphs_per_class,
+            min_nodes=hp.min_nodes,
+            max_nodes=hp.max_nodes,
+            seed=hp.seed,
         )
-        self.features, self.seconds_per_graph = cached_features(
-            self.graphs, hp.features, self.filtrations, self.levels, hp.cache_dir
-        )
+        self.features = cached_features(self.graphs, hp.features, self.filtrations, self.levels, hp.cache_dir)
         self.train_index, self.val_index, self.test_index = fold_indices(
-            self.labels, int(hp.folds), int(hp.fold), int(hp.val_folds), int(hp.seed)
+            self.labels, hp.folds, hp.fold, hp.val_folds, hp.seed
         )
 
     def _loader(self, index: np.ndarray, shuffle: bool) -> DataLoader:
         x = torch.as_tensor(self.features[index], dtype=torch.float32)
         y = torch.as_tensor(self.labels[index], dtype=torch.long)
-        size = int(self.hparams.batch_size or index.size)
+        size = self.hparams.batch_size or int(index.size)
         return DataLoader(TensorDataset(x, y), batch_size=size, shuffle=shuffle)
 
     def train_dataloader(self) -> DataLoader:

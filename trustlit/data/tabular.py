@@ -182,11 +182,13 @@ class TabularDataModule(L.LightningDataModule):
 
 
 def check_feature_count(num_features: int, datamodule: object) -> None:
-    """Refuse, at setup, a model built for ``num_features`` inputs on tabular data of another width, naming
-    both (the mismatch would otherwise surface as a shape error deep in the first forward)."""
-    if not isinstance(datamodule, TabularDataModule) or "train" not in datamodule.splits:
+    """Refuse, at setup, a model built for ``num_features`` inputs on data of another width (any data module with a
+    ``num_features``; a TabularDataModule once it is set up), naming both (the mismatch would otherwise surface as a
+    shape error deep in the first forward)."""
+    if isinstance(datamodule, TabularDataModule) and "train" not in datamodule.splits:
         return
-    if num_features != datamodule.num_features:
+    width = getattr(datamodule, "num_features", None)
+    if width is not None and num_features != width:
         raise ValueError(
             f"model.init_args.num_features={num_features} but the data ({type(datamodule).__name__}) has "
             f"{datamodule.num_features} features: set --model.init_args.num_features={datamodule.num_features}"

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trustlit.data.graphs import stratified_folds
+from trustlit.data.tabular import check_feature_count
 from trustlit.hparams import NonNegativeFloat, PositiveFloat, PositiveInt, check_arguments, plain_numbers
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "elu": nn.ELU}
@@ -99,13 +100,7 @@ class TopERClassifier(L.LightningModule):
         self.net = nn.Sequential(*layers)
 
     def setup(self, stage: str) -> None:
-        datamodule = self.trainer.datamodule
-        width = getattr(datamodule, "num_features", None)
-        if width is not None and width != self.hparams.num_features:
-            raise ValueError(
-                f"TopERClassifier: num_features={self.hparams.num_features} but the data's vectors have {width} "
-                "(2 x filtrations x levels): set model.init_args.num_features"
-            )
+        check_feature_count(self.hparams.num_features, self.trainer.datamodule)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Log-probabilities [B, C]."""
