@@ -65,7 +65,6 @@ class SimulatedVoxels:
     patterns: np.ndarray
     concept_regions: np.ndarray
     grid: tuple[int, int, int]
-    region_names: tuple[str, ...] = REGIONS
 
 
 def concept_region(name: str) -> str:
