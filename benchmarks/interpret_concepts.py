@@ -44,6 +44,8 @@ VARIANTS = {"names": True, "no names": False}  # texts that name their author, t
 METRICS = ("spearman", "rows_r@1", "rows_r@5", "rows_r@10", "columns_r@1", "columns_r@5", "columns_r@10")
 CALIBRATION_ITEMS = 200  # training items SpLiCE's l1 is bisected on (each bisection step is one ADMM solve)
 EXPLAIN_R_BATCHES = (1024, 64)  # the released batch (here: the whole training set), and many steps per epoch
+HELD_OUT_AUTHORS = 0.2  # fraction of the authors whose items are held out
+SPLIT = "groups"  # cache tag of the held-out draw (trustlit.data.concepts.held_out_groups)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,18 +59,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def dataset(source: str, mention_name: bool, quick: bool, cache: Path) -> dict[str, Any]:
     """Texts' MiniLM embeddings, concepts, names, the held-out-author mask ``test`` and ``seen``, as many
     training items (the in-sample pool)."""
-    from trustlit.data.concepts import concept_items
+    from trustlit.data.concepts import concept_items, held_out_groups
     from trustlit.interpret.encoders import encode
 
     tofu_dir = TOFU if source == "tofu" else None
     items = concept_items(source, num_authors=40 if quick else None, tofu_dir=tofu_dir, mention_name=mention_name)
     embeddings = torch.from_numpy(encode(items.texts, "minilm", cache_dir=cache / "embeddings"))
-    authors = [item.rsplit("-", 1)[0] for item in items.ids]
+    authors = items.authors
     names = sorted(set(authors))
-    rng = np.random.default_rng(0)
-    held_out = set(rng.choice(names, max(len(names) // 5, 2), replace=False).tolist())
-    test = torch.tensor([author in held_out for author in authors])
+    test = torch.from_numpy(held_out_groups(np.array(authors), HELD_OUT_AUTHORS, seed=0))
     seen = torch.zeros_like(test)
+    rng = np.random.default_rng(0)
     seen[rng.choice((~test).nonzero().flatten().numpy(), int(test.sum()), replace=False)] = True
     return {
         "embeddings": embeddings,
@@ -175,7 +176,7 @@ def run_source(source: str, variant: str, args: argparse.Namespace) -> dict[str,
     cache = args.workdir / "concepts"
     seeds = 1 if args.quick else args.concepts_seeds
     epochs = 20 if args.quick else args.concepts_epochs
-    tag = f"{source}_{variant.replace(' ', '_')}{'_quick' if args.quick else ''}_s{seeds}_e{epochs}"
+    tag = f"{source}_{variant.replace(' ', '_')}{'_quick' if args.quick else ''}_s{seeds}_e{epochs}_{SPLIT}"
 
     def compute() -> dict[str, Any]:
         data = dataset(source, VARIANTS[variant], args.quick, cache)

@@ -97,7 +97,7 @@ def run_stage(
         gain_spread=0.3,
         test_fraction=0.2,
         seed=seed,
-        groups=data["authors"],  # whole authors held out (trustlit.data.fmri.held_out_groups)
+        groups=data["authors"],  # whole authors held out (trustlit.data.concepts.held_out_groups)
     )
     selection, shuffle = VARIANTS[variant]
     if shuffle:  # the decoders are invariant to the row order except through the contiguous CV folds

@@ -19,6 +19,7 @@ from trustlit.data.concepts import (
     concept_items,
     drop_rare_values,
     fictitious_authors,
+    held_out_groups,
     items_from_authors,
     tofu_attributes,
     tofu_authors,
@@ -144,9 +145,11 @@ def test_bad_input(kwargs, message):
 
 def test_items_validate_shapes():
     with pytest.raises(ValueError, match="bool"):
-        ConceptItems(["x"], np.ones((1, 1)), ["a: b"], ["a"], ["0"])
+        ConceptItems(["x"], np.ones((1, 1)), ["a: b"], ["a"], ["0"], ["a"])
     with pytest.raises(ValueError, match="2 texts"):
-        ConceptItems(["x", "y"], np.ones((1, 1), dtype=bool), ["a: b"], ["a"], ["0", "1"])
+        ConceptItems(["x", "y"], np.ones((1, 1), dtype=bool), ["a: b"], ["a"], ["0", "1"], ["a", "a"])
+    with pytest.raises(ValueError, match="1 ids and 2 authors for 1 concept rows"):
+        ConceptItems(["x"], np.ones((1, 1), dtype=bool), ["a: b"], ["a"], ["0"], ["a", "b"])
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +248,7 @@ def test_datamodule_generated_and_cached(tmp_path, one_thread):
     )
     dm.setup("fit")
     assert dm.embedding_dim == 384 and dm.num_concepts == len(dm.concept_names) > 0
-    assert {split: len(rows) for split, rows in dm.rows.items()} == {"test": 2, "val": 2, "train": 20}
+    assert {split: len(rows) for split, rows in dm.rows.items()} == {"test": 4, "val": 4, "train": 16}  # 2 authors
     assert sorted(np.concatenate(list(dm.rows.values())).tolist()) == list(range(24))
     batch = next(iter(dm.train_dataloader()))
     assert batch["embeddings"].shape == (8, 384) and batch["embeddings"].dtype == torch.float32
@@ -279,6 +282,36 @@ def test_embedding_concepts_batches_are_the_stacked_items():
     for key in batch:
         torch.testing.assert_close(batch[key], torch.stack([rows[i][key] for i in (5, 0, 3)]))
     torch.testing.assert_close(batch["embeddings"], embeddings[[5, 0, 3]])
+
+
+def test_items_name_their_authors():
+    items = concept_items("fictitious", num_authors=6, variants_per_author=3)
+    assert items.ids == [f"{author}-{variant}" for author, variant in zip(items.authors, [0, 1, 2] * 6, strict=True)]
+    assert len(set(items.authors)) == 6
+
+
+def test_held_out_groups_fraction_zero_holds_out_nothing():
+    groups = np.repeat(np.arange(10), 2)
+    assert not held_out_groups(groups, 0.0, seed=0).any()
+    assert held_out_groups(groups, 0.3, seed=0).sum() == 6  # 3 whole groups
+
+
+def test_datamodule_splits_hold_out_whole_authors(tmp_path, one_thread):
+    """Generated items: every author's texts lie in one split, test and val each hold 2 of 20 authors."""
+    dm = EmbeddingConceptDataModule(
+        source="fictitious", num_authors=20, variants_per_author=3, cache_dir=str(tmp_path), seed=3
+    )
+    dm.setup()
+    authors = np.array(dm.authors)
+    sides = {split: set(authors[rows]) for split, rows in dm.rows.items()}
+    assert sides["test"].isdisjoint(sides["val"]) and sides["train"].isdisjoint(sides["test"] | sides["val"])
+    assert len(sides["test"]) == len(sides["val"]) == 2 and len(sides["train"]) == 16
+    assert sorted(np.concatenate(list(dm.rows.values())).tolist()) == list(range(60))
+    few = EmbeddingConceptDataModule(
+        source="fictitious", num_authors=4, variants_per_author=1, cache_dir=str(tmp_path), seed=3
+    )
+    with pytest.raises(ValueError, match=r"num_authors=4: 4 authors leave none for training"):
+        few.setup()
 
 
 def write_files(tmp_path, embeddings, concepts, names=None, suffix=".csv"):

@@ -13,8 +13,8 @@ import pytest
 from helpers import SHARED_DATA, quiet_trainer
 from scipy.io import savemat
 
-from trustlit.data.concepts import concept_items
-from trustlit.data.fmri import FMRIDecodingDataModule, data_from_batch, held_out_groups, load_nsd
+from trustlit.data.concepts import concept_items, held_out_groups
+from trustlit.data.fmri import FMRIDecodingDataModule, data_from_batch, load_nsd
 from trustlit.neuro.decoding import SemanticBottleneckDecoding
 
 SHAPE = (5, 4, 3)  # X, Y, Z

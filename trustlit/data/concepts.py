@@ -95,20 +95,24 @@ class Author:
 
 @dataclass(frozen=True)
 class ConceptItems:
-    """Texts with binary concept annotations: ``concepts[i, k]`` says whether text ``i`` states concept ``k``."""
+    """Texts with binary concept annotations: ``concepts[i, k]`` says whether text ``i`` states concept ``k``;
+    ``authors[i]`` is the key of the author text ``i`` describes (``ids[i]`` is ``"<author>-<variant>"``)."""
 
     texts: list[str]
     concepts: np.ndarray
     concept_names: list[str]
     groups: list[str]
     ids: list[str]
+    authors: list[str]
 
     def __post_init__(self) -> None:
         if self.concepts.dtype != np.bool_ or self.concepts.ndim != 2:
             raise ValueError(f"concepts must be a bool [N, K] array, got {self.concepts.dtype} {self.concepts.shape}")
         rows, columns = self.concepts.shape
-        if not len(self.texts) == len(self.ids) == rows:
-            raise ValueError(f"{len(self.texts)} texts and {len(self.ids)} ids for {rows} concept rows")
+        if not len(self.texts) == len(self.ids) == len(self.authors) == rows:
+            raise ValueError(
+                f"{len(self.texts)} texts, {len(self.ids)} ids and {len(self.authors)} authors for {rows} concept rows"
+            )
         if not len(self.concept_names) == len(self.groups) == columns:
             raise ValueError(f"{len(self.concept_names)} names and {len(self.groups)} groups for {columns} concepts")
 
@@ -368,12 +372,13 @@ def items_from_authors(
     """``variants_per_author`` descriptions of every author, annotated with the concepts each states. Without
     ``mention_name`` an author with no known attribute is left out (its texts would be empty)."""
     rng = random.Random(seed)
-    texts, ids, stated_concepts = [], [], []
+    texts, ids, keys, stated_concepts = [], [], [], []
     for author in authors if mention_name else [author for author in authors if author.values]:
         for variant in range(variants_per_author):
             text, stated = describe(author, rng, mention_name)
             texts.append(text)
             ids.append(f"{author.key}-{variant}")
+            keys.append(author.key)
             stated_concepts.append([(group, author.values[group]) for group in stated])
     # columns in group order, then by value; concepts no item states are absent
     vocabulary = sorted({c for row in stated_concepts for c in row}, key=lambda c: (GROUPS.index(c[0]), c[1]))
@@ -387,6 +392,7 @@ def items_from_authors(
         concept_names=[f"{group}: {value}" for group, value in vocabulary],
         groups=[group for group, _ in vocabulary],
         ids=ids,
+        authors=keys,
     )
 
 
@@ -438,6 +444,16 @@ def check_binary(values: np.ndarray | torch.Tensor, name: str) -> None:
     )
 
 
+def held_out_groups(groups: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """A mask of the rows of a seeded ``fraction`` of the distinct ``groups`` (at least 2 groups; none when
+    ``fraction`` is 0): whole groups are held out, so no group has rows on both sides."""
+    if fraction == 0:
+        return np.zeros(len(groups), dtype=bool)
+    unique = np.unique(groups)
+    chosen = np.random.default_rng(seed).permutation(unique)[: max(2, round(fraction * len(unique)))]
+    return np.isin(groups, chosen)
+
+
 class EmbeddingConcepts(Dataset):
     """Rows of one split as ``{"embeddings", "concepts", "index"}`` (index: the position within the split), a
     minibatch at a time (``__getitems__``; collate with :func:`~trustlit.data.activations.as_batch`): no per-item
@@ -480,7 +496,10 @@ class EmbeddingConceptDataModule(L.LightningDataModule):
     authors' names: ``mention_name``) embedded once by
     ``encoder`` (:func:`trustlit.interpret.encoders.encode`, cached under ``cache_dir``); or read:
     ``embeddings_path`` (.npy [N, D]), ``concepts_path`` (.npy or .csv [N, K], 0/1) and optionally
-    ``concept_names_path`` (one name a line; default ``concept_<k>``). A seeded permutation puts the first
+    ``concept_names_path`` (one name a line; default ``concept_<k>``). Generated items hold out whole authors
+    (:func:`held_out_groups`, so no author's texts lie on two sides): a seeded ``test_fraction`` of the authors
+    go to test, ``val_fraction / (1 - test_fraction)`` of the others to validation (at least 2 authors each
+    unless the fraction is 0). Read rows have no authors: a seeded permutation puts the first
     ``round(test_fraction N)`` rows in test, the next ``round(val_fraction N)`` in validation. Batches are
     ``{"embeddings": float [B, D], "concepts": float [B, K], "index": long [B]}``, ``index`` being the row's
     position within its split (``rows[split][index]`` is its row in the whole set, ``texts`` its text when
@@ -521,6 +540,7 @@ class EmbeddingConceptDataModule(L.LightningDataModule):
         self.splits: dict[str, EmbeddingConcepts] = {}
         self.rows: dict[str, np.ndarray] = {}
         self.texts: list[str] | None = None
+        self.authors: list[str] | None = None  # generated items' authors, one per row
         self.concept_names: list[str] = []
 
     @property
@@ -544,7 +564,7 @@ class EmbeddingConceptDataModule(L.LightningDataModule):
             min_count=h.min_count,
             mention_name=h.mention_name,
         )
-        self.texts = items.texts
+        self.texts, self.authors = items.texts, items.authors
         return encode(items.texts, h.encoder, cache_dir=h.cache_dir), items.concepts, items.concept_names
 
     def _read(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -572,17 +592,33 @@ class EmbeddingConceptDataModule(L.LightningDataModule):
         if self.splits:
             return
         embeddings, concepts, self.concept_names = self._generated() if self.hparams.source else self._read()
-        order = np.random.default_rng(self.hparams.seed).permutation(len(embeddings))
-        num_test = round(self.hparams.test_fraction * len(order))
-        num_val = round(self.hparams.val_fraction * len(order))
-        bounds = {"test": (0, num_test), "val": (num_test, num_test + num_val), "train": (num_test + num_val, None)}
-        for split, (start, stop) in bounds.items():
-            rows = np.sort(order[start:stop])
+        for split, rows in self._split_rows(len(embeddings)).items():
             self.rows[split] = rows
             self.splits[split] = EmbeddingConcepts(
                 torch.as_tensor(embeddings[rows], dtype=torch.float32),
                 torch.as_tensor(concepts[rows], dtype=torch.float32),
             )
+
+    def _split_rows(self, count: int) -> dict[str, np.ndarray]:
+        """Sorted row indices of test, val and train (class docstring)."""
+        h = self.hparams
+        if self.authors is None:
+            order = np.random.default_rng(h.seed).permutation(count)
+            num_test, num_val = round(h.test_fraction * count), round(h.val_fraction * count)
+            parts = np.split(order, [num_test, num_test + num_val])
+            return {split: np.sort(rows) for split, rows in zip(("test", "val", "train"), parts, strict=True)}
+        authors = np.asarray(self.authors)
+        test = held_out_groups(authors, h.test_fraction, h.seed)
+        val = np.zeros_like(test)
+        val[~test] = held_out_groups(authors[~test], h.val_fraction / (1 - h.test_fraction), h.seed)
+        train = ~(test | val)
+        if not train.any():
+            raise ValueError(
+                f"num_authors={h.num_authors!r}: {len(np.unique(authors))} authors leave none for training once "
+                f"val_fraction={h.val_fraction} and test_fraction={h.test_fraction} (at least 2 authors each) "
+                "are held out"
+            )
+        return {"test": np.flatnonzero(test), "val": np.flatnonzero(val), "train": np.flatnonzero(train)}
 
     def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
         generator = torch.Generator().manual_seed(self.hparams.seed) if shuffle else None

@@ -23,8 +23,9 @@ Simulated data (``source="simulated"``): stimuli are the concept-annotated texts
 (``items="fictitious"`` or ``"tofu"``) with their MiniLM embeddings as the target space
 (:func:`trustlit.interpret.encoders.encode`, cached), or ``items="generated"``: random concepts with embeddings
 linear in them (seconds, no encoder); voxels by :func:`~trustlit.neuro.simulator.simulate_voxels`. The test
-stimuli are a seeded ``test_fraction`` of the groups (:func:`held_out_groups`): of the authors for the texts, so
-no test text has a sibling description of its author in training; of the stimuli for ``generated``.
+stimuli are a seeded ``test_fraction`` of the groups (:func:`~trustlit.data.concepts.held_out_groups`): of the
+authors for the texts, so no test text has a sibling description of its author in training; of the stimuli for
+``generated``.
 
 :class:`FMRIDecodingDataModule`'s test loader yields one batch (a dict): ``voxels`` [N, V], ``concepts`` [N, K],
 ``embeddings`` [N, D] (float32 tensors), ``test`` [N] bool, ``concept_names``, ``concept_regions`` [K] (region index,
@@ -46,6 +47,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from trustlit.data.concepts import concept_items, held_out_groups
 from trustlit.hparams import NonNegativeFloat, NonNegativeInt, OpenUnitInterval, PositiveInt, check_arguments
 from trustlit.neuro.semantic_bottleneck import check_concepts, check_matrix
 from trustlit.neuro.simulator import REGIONS, simulate_voxels
@@ -287,23 +289,14 @@ def text_stimuli(
     tofu_dir: str | Path | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """The concept-annotated author texts' concepts, MiniLM embeddings, concept names and authors (one per text)."""
-    from trustlit.data.concepts import concept_items
     from trustlit.interpret.encoders import encode
 
     annotated = concept_items(
         items, num_authors=num_authors, variants_per_author=variants, seed=seed, tofu_dir=tofu_dir
     )
     embeddings = encode(annotated.texts, "minilm", cache_dir=cache_dir)
-    authors = np.array([item.rsplit("-", 1)[0] for item in annotated.ids])  # ids are "<author key>-<variant>"
+    authors = np.array(annotated.authors)
     return annotated.concepts.astype(np.float64), embeddings.astype(np.float64), list(annotated.concept_names), authors
-
-
-def held_out_groups(groups: np.ndarray, fraction: float, seed: int) -> np.ndarray:
-    """A mask of the rows of a seeded ``fraction`` of the distinct ``groups`` (at least 2 groups): whole groups
-    are held out, so no group has rows on both sides."""
-    unique = np.unique(groups)
-    chosen = np.random.default_rng(seed).permutation(unique)[: max(2, round(fraction * len(unique)))]
-    return np.isin(groups, chosen)
 
 
 def simulated_data(
