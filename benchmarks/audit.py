@@ -95,18 +95,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--smollm2-clean-only", action="store_true", help="SmolLM2: the clean fine-tune's AUCs only")
 
 
-def datasets(args: argparse.Namespace, count: int, size: int) -> dict[str, tuple[list, list, list, list]]:
-    """name -> (background, members, auxiliary, held-out canaries), all disjoint."""
-    tofu = qa_records(read_jsonl(TOFU / "full.json"))
+def datasets(count: int, size: int, *, tofu: bool, tofu_canaries: int) -> dict[str, tuple[list, list, list, list]]:
+    """name -> (background, members, auxiliary, held-out canaries), all disjoint; the TOFU rows (``tofu``) with
+    min(count, tofu_canaries) canaries each."""
+    records = qa_records(read_jsonl(TOFU / "full.json"))
     fictitious = [r for r in qa_records(fictitious_qa(num_authors=128, seed=0)) if len(r["answer"].split()) >= 7]
     step = len(fictitious) // 3  # members, auxiliary, held-out from disjoint authors
     sets = {
-        "fictitious": (tofu[:size], fictitious[:count], fictitious[step : step + count], fictitious[-count:])
+        "fictitious": (records[:size], fictitious[:count], fictitious[step : step + count], fictitious[-count:])
     }  # fmt: skip
-    if args.tofu:
-        tofu_size = min(size, len(tofu) - 1200)
-        n = min(count, args.tofu_canaries)
-        sets["tofu"] = (tofu[1200 : 1200 + tofu_size], tofu[:n], tofu[400 : 400 + n], tofu[800 : 800 + n])
+    if tofu:
+        tofu_size = min(size, len(records) - 1200)
+        n = min(count, tofu_canaries)
+        sets["tofu"] = (records[1200 : 1200 + tofu_size], records[:n], records[400 : 400 + n], records[800 : 800 + n])
     return sets
 
 
@@ -126,46 +127,63 @@ def tiny_base(workdir: Path, quick: bool) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
-def experiment(name: str, base: Any, tokenizer: Any, data: tuple, kind: str, args: argparse.Namespace) -> dict:
+def stage_file(run_dir: Path, *parts: str) -> Path:
+    """A cached stage of one experiment: ``<dataset>[_<neighbourhood>]_<stage>.json`` under ``run_dir``."""
+    return run_dir / f"{'_'.join(parts)}.json"
+
+
+def experiment(
+    name: str,
+    base: Any,
+    tokenizer: Any,
+    data: tuple,
+    kind: str,
+    *,
+    run_dir: Path,
+    training: dict[str, Any],
+    attack: dict[str, Any] | None = None,
+    budget: int = NON_NEIGHBOUR_BUDGET,
+    runs: tuple[str, ...] = RUNS,
+) -> dict:
     """One dataset x neighbourhood: the poisoned set, the fine-tunes' scores, labels and metrics (cached).
 
-    ``args.run_dir``, ``args.training`` (:func:`fine_tune` options), ``args.attack``, ``args.budget`` and
-    ``args.runs`` come from the section. The clean run goes first: it does not depend on the poisons."""
+    ``training``: :func:`fine_tune` options; ``attack``: :func:`poison_non_neighbour` options; ``budget``: b2;
+    ``runs``: the fine-tunes to run. The clean run goes first: it does not depend on the poisons."""
     background, members, auxiliary, held_out = data
     neighbourhood = Neighbourhood(kind)
-    workdir = args.run_dir
     population = [*members, *held_out]
-    length = {"max_length": args.training.get("max_length", 256)}
+    length = {"max_length": training.get("max_length", 256)}
 
     def scores(records: list) -> dict[str, list[float]]:
         model = copy.deepcopy(base)
-        fine_tune(model, tokenizer, records, **args.training)
+        fine_tune(model, tokenizer, records, **training)
         return {t: s.tolist() for t, s in membership_scores(model, tokenizer, population, base, **length).items()}
 
     def make_data() -> dict:
         poisoned = build_poisoned_data(
             base, tokenizer, background, members, held_out, auxiliary, neighbourhood,
-            non_neighbour_budget=args.budget, attack=args.attack,
+            non_neighbour_budget=budget, attack=attack,
         )  # fmt: skip
         return asdict(poisoned)
 
     clean = clean_set(background, members)
-    results = {"clean": cached_json(workdir / f"{name}_clean.json", lambda: scores(clean))}
+    results = {"clean": cached_json(stage_file(run_dir, name, "clean"), lambda: scores(clean))}
     texts = [r["answer"] for r in population]
     is_member = torch.from_numpy(neighbourhood.members(texts, [r["answer"] for r in clean]))
     auc = {t: roc_auc(torch.tensor(v), is_member) for t, v in results["clean"].items()}
-    write_json_atomic(workdir / f"{name}_{kind}_clean_auc.json", {"training": args.training, "auc": auc})
-    if "poisoned" not in args.runs:  # the clean check alone: is there a membership signal to discredit?
+    check = {"data": name, "canaries": len(members), "background": len(background), "training": training, "auc": auc}
+    write_json_atomic(stage_file(run_dir, name, kind, "clean_auc"), check)
+    if "poisoned" not in runs:  # the clean check alone: is there a membership signal to discredit?
         return {"clean_auc": auc}
-    raw = cached_json(workdir / f"{name}_{kind}_data.json", make_data)
+    raw = cached_json(stage_file(run_dir, name, kind, "data"), make_data)
     poisoned = PoisonedData(**{**raw, "poisons": [Poison(**p) for p in raw["poisons"]]})
-    runs = {"clean": poisoned.clean, "poisoned": poisoned.poisoned, "ideal": poisoned.ideal}
-    runs = {run: records for run, records in runs.items() if run in args.runs}
-    for run in runs:
+    sets = {"clean": poisoned.clean, "poisoned": poisoned.poisoned, "ideal": poisoned.ideal}
+    sets = {run: records for run, records in sets.items() if run in runs}
+    for run in sets:
         if run != "clean":
-            results[run] = cached_json(workdir / f"{name}_{kind}_{run}.json", lambda r=runs[run]: scores(r))
-    labels = {run: torch.from_numpy(neighbourhood.members(texts, [r["answer"] for r in runs[run]])) for run in runs}
-    tensors = {run: {t: torch.tensor(v) for t, v in results[run].items()} for run in runs}
+            results[run] = cached_json(stage_file(run_dir, name, kind, run), lambda r=sets[run]: scores(r))
+    labels = {run: torch.from_numpy(neighbourhood.members(texts, [r["answer"] for r in sets[run]])) for run in sets}
+    tensors = {run: {t: torch.tensor(v) for t, v in results[run].items()} for run in sets}
     return {"data": poisoned, "labels": labels, "metrics": evaluate_runs(tensors, labels, poisoned)}
 
 
@@ -224,13 +242,12 @@ def summary(name: str, kind: str, result: dict) -> str:
 def poisoning_tiny(args: argparse.Namespace) -> str:
     count, size = (6, 120) if args.quick else (args.canaries, args.background)
     scale = f"c{count}_t{args.tofu_canaries}_b{size}_lr{args.lr:g}"  # a cache per scale: resuming never mixes them
-    args.run_dir = args.workdir / ("tiny_quick" if args.quick else "tiny") / scale
-    args.training, args.attack, args.budget, args.runs = {"lr": args.lr}, None, NON_NEIGHBOUR_BUDGET, RUNS
+    run_dir = args.workdir / ("tiny_quick" if args.quick else "tiny") / scale
     base, tokenizer = tiny_base(args.workdir, args.quick)
     rows, notes = [], []
-    for name, data in datasets(args, count, size).items():
+    for name, data in datasets(count, size, tofu=args.tofu, tofu_canaries=args.tofu_canaries).items():
         for kind in args.kinds.split(","):
-            result = experiment(name, base, tokenizer, data, kind, args)
+            result = experiment(name, base, tokenizer, data, kind, run_dir=run_dir, training={"lr": args.lr})
             rows += rows_of(name, kind, result)
             notes.append(summary(name, kind, result))
     notes_text = "\n".join(notes)
@@ -265,22 +282,26 @@ def poisoning_smollm2(args: argparse.Namespace) -> str:
     count, size = (4, 40) if args.quick else (args.smollm2_canaries, args.smollm2_background)
     budget, top_k, lr, epochs = args.smollm2_budget, args.smollm2_top_k, args.smollm2_lr, args.smollm2_epochs
     scale = f"c={count},b={size},b2={budget},k={top_k},lr={lr:g},e={epochs}"
-    args.run_dir = args.workdir / ("smollm2_quick" if args.quick else "smollm2") / scale
-    args.training = {"lr": lr, "epochs": epochs, "batch_size": 16, "max_length": 128}
-    args.attack, args.budget = {"top_k": top_k, "max_steps": 200}, budget
+    run_dir = args.workdir / ("smollm2_quick" if args.quick else "smollm2") / scale
+    training = {"lr": lr, "epochs": epochs, "batch_size": 16, "max_length": 128}
+    attack = {"top_k": top_k, "max_steps": 200}
     base, tokenizer = load_causal_lm("smollm2-135m-instruct", lora=SMOLLM2_LORA)
     base.eval()
     rows, notes, no_ideal = [], [], []
-    for name, data in datasets(argparse.Namespace(tofu=args.tofu, tofu_canaries=count), count, size).items():
-        args.runs = smollm2_runs(args, name)
-        no_ideal += [] if "ideal" in args.runs else [name]
-        result = experiment(name, base, tokenizer, data, "ngram", args)
+    for name, data in datasets(count, size, tofu=args.tofu, tofu_canaries=count).items():
+        ideal_cached = stage_file(run_dir, name, "ngram", "ideal").is_file()
+        runs = smollm2_runs(clean_only=args.smollm2_clean_only, no_ideal=args.smollm2_no_ideal and not ideal_cached)
+        no_ideal += [] if "ideal" in runs else [name]
+        result = experiment(
+            name, base, tokenizer, data, "ngram", run_dir=run_dir, training=training, attack=attack, budget=budget,
+            runs=runs,
+        )  # fmt: skip
         if "clean_auc" in result:
             notes.append(f"- {name}: poisoned run not run (`--smollm2-clean-only`).")
         else:
             rows += rows_of(name, "ngram", result)
             notes.append(summary(name, "ngram", result))
-    checks = sorted(args.run_dir.parent.glob("*/*_ngram_clean_auc.json"))
+    checks = sorted(run_dir.parent.glob(stage_file(Path("*"), "*", "ngram", "clean_auc").as_posix()))
     check_rows = [clean_check_row(path) for path in checks]
     poisoned = "\n".join(notes)
     if rows:
@@ -315,25 +336,23 @@ own labels never change).
 """
 
 
-def smollm2_runs(args: argparse.Namespace, name: str) -> tuple[str, ...]:
-    """The fine-tunes to run for dataset ``name``: ``--smollm2-no-ideal`` keeps an ideal run already cached."""
-    if args.smollm2_clean_only:
+def smollm2_runs(*, clean_only: bool, no_ideal: bool) -> tuple[str, ...]:
+    """The fine-tunes to run: the clean one only, without the ideal one (``--smollm2-no-ideal`` when no ideal run is
+    cached), or all three."""
+    if clean_only:
         return RUNS[:1]
-    cached_ideal = (args.run_dir / f"{name}_ngram_ideal.json").is_file()
-    return RUNS[:2] if args.smollm2_no_ideal and not cached_ideal else RUNS
+    return RUNS[:2] if no_ideal else RUNS
 
 
 CHECK_HEADER = ["data", "background", "epochs", "lr", "canaries", *TESTS]
 
 
 def clean_check_row(path: Path) -> list[str]:
-    """One cached clean fine-tune's scale (from its directory name) and AUC per test."""
+    """One cached clean fine-tune's scale and AUC per test (the JSON :func:`experiment` writes)."""
     check = json.loads(path.read_text("utf-8"))
-    scale = dict(part.split("=") for part in path.parent.name.split(","))
-    training = check["training"]
-    name = path.name.removesuffix("_ngram_clean_auc.json")
-    return [name, scale["b"], str(training["epochs"]), f"{training['lr']:g}", f"{scale['c']} + {scale['c']}",
-            *(f"{check['auc'][t]:.3f}" for t in TESTS)]  # fmt: skip
+    training, count = check["training"], check["canaries"]
+    return [check["data"], str(check["background"]), str(training["epochs"]), f"{training['lr']:g}",
+            f"{count} + {count}", *(f"{check['auc'][t]:.3f}" for t in TESTS)]  # fmt: skip
 
 
 SECTIONS = {"audit-poisoning-tiny": poisoning_tiny, "audit-poisoning-smollm2": poisoning_smollm2}
