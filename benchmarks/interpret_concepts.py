@@ -18,26 +18,23 @@
   paper: 482.9 vs 393.2 on COCO). The embeddings (``encode``'s cache) and each source's results are cached
   under ``<workdir>/concepts/``.
 
-Run alone: ``.venv/bin/python benchmarks/interpret_concepts.py [--quick] [--output FILE]`` prints the section.
+Run alone: ``.venv/bin/python benchmarks/interpret.py --sections concepts --threads 1 [--quick]`` (one thread:
+full-batch steps on 2 threads of a shared machine ran 10x slower).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-if not __package__:  # run as benchmarks/interpret_concepts.py: import this repository's benchmarks package
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import numpy as np
 import torch
 
-from benchmarks.common import TOFU, bare_trainer, cached_json, mean_std, quiet, repo_path, table
+from benchmarks.common import TOFU, bare_trainer, cached_json, mean_std, table
 
 SOURCES = ("fictitious", "tofu")
 VARIANTS = {"names": True, "no names": False}  # texts that name their author, texts that state only concepts
@@ -266,8 +263,6 @@ def describe_variant(variant: str, r: dict[str, Any]) -> str:
 
 
 def concepts_section(args: argparse.Namespace) -> str:
-    # one thread whatever the report's default: full-batch steps on 2 threads of a shared machine ran 10x slower
-    torch.set_num_threads(1)
     parts = []
     for source in SOURCES:
         results = {variant: run_source(source, variant, args) for variant in VARIANTS}
@@ -300,25 +295,3 @@ and 64, mean ± std over seeds; SpLiCE and least squares are deterministic.
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], str]] = {"concepts": concepts_section}
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 40 authors, 20 epochs, one seed")
-    parser.add_argument("--workdir", type=Path, default=Path("runs/benchmarks/interpret"), help="cached stages")
-    parser.add_argument("--output", default=None, help="also write the section to this file")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    args.workdir = repo_path(args.workdir)
-    quiet()
-    torch.set_num_threads(1)
-    text = concepts_section(args)
-    print(text)
-    if args.output:
-        output = repo_path(args.output)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-
-
-if __name__ == "__main__":
-    main()
