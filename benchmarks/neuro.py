@@ -32,9 +32,8 @@ if not __package__:  # run as benchmarks/neuro.py: import this repository's benc
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
-import torch
 
-from benchmarks.common import TOFU, Report, cached_json, mean_std, quiet, repo_path, table
+from benchmarks.common import TOFU, Report, cached_json, mean_std, repo_path, run_families, table
 
 SOURCES = ("fictitious", "tofu")
 NOISES = (0.5, 1.0, 2.0)
@@ -196,17 +195,19 @@ SECTIONS = {"simulated": simulated_section}
 REPORT = Report("Brain-decoding benchmarks", "benchmarks/neuro.py", "docs/benchmarks/neuro.md", SECTIONS)
 
 
-def main(argv: list[str] | None = None) -> None:
-    from threadpoolctl import threadpool_limits
-
-    parser = REPORT.parser(__doc__.split("\n")[0], "a smoke run: 40 authors per source, noise 1, one seed")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per setting (default 3)")
-    parser.add_argument("--workdir", type=Path, default=repo_path("runs/benchmarks/neuro"), help="cached stages")
-    args = REPORT.parse(parser, argv)
-    quiet()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        REPORT.run(args)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_families(
+        REPORT,
+        [sys.modules[__name__]],
+        argv,
+        quick="a smoke run: 40 authors per source, noise 1, one seed",
+        workdir=str(repo_path("runs/benchmarks/neuro")),
+        threads=1,
+    )
 
 
 if __name__ == "__main__":
