@@ -226,6 +226,16 @@ def load_concepts(path: str | Path) -> tuple[list[str], list[str], np.ndarray]:
     return [row["stimulus_id"] for row in rows], names, check_concepts(values)
 
 
+def _trial_means(trials: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, list]:
+    """The mean response per stimulus, in the order the design first lists them, and that order: one pass over the
+    trials (a scan of every trial per stimulus would cost trials x stimuli)."""
+    unique, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    sums = np.zeros((len(unique), trials.shape[1]))
+    np.add.at(sums, inverse, trials)
+    listed = np.argsort(first)
+    return (sums / np.bincount(inverse)[:, None])[listed], unique[listed].tolist()
+
+
 def load_nsd(
     betas: list[str],
     mask: str,
@@ -249,10 +259,12 @@ def load_nsd(
     if len(targets) != len(stimulus_ids):
         raise ValueError(f"{embeddings}: {len(targets)} rows, the concept CSV {concepts} has {len(stimulus_ids)}")
     row_of = {sid: i for i, sid in enumerate(stimulus_ids)}
-    kept = [sid for sid in dict.fromkeys(ids.tolist()) if sid in row_of]
-    if not kept:
+    means, order = _trial_means(trials, ids)
+    positions = [i for i, sid in enumerate(order) if sid in row_of]
+    if not positions:
         raise ValueError(f"no stimulus of {design} has a row in {concepts} (compare their stimulus ids)")
-    voxels = np.stack([trials[ids == sid].mean(axis=0) for sid in kept])
+    kept = [order[i] for i in positions]
+    voxels = means[positions]
     rows = [row_of[sid] for sid in kept]
     return DecodingData(
         voxels=check_matrix(voxels, "voxels"),
