@@ -44,15 +44,18 @@ __all__ = [
     "PoisonedSample",
     "RandomizedLearner",
     "Thresholds",
+    "attacked_error",
     "check_eta",
     "erm_attack",
     "erm_attack_exhaustive",
     "excess_bound",
     "hard_coin_distribution",
     "hard_coin_poisoning",
+    "population_loss",
     "randomized_attack",
     "seen_bits_attack",
     "shattered",
+    "target_excess",
     "vc_dimension_of_table",
 ]
 
@@ -254,7 +257,7 @@ def _union_patterns(k: int, to_the_right: bool, u: int) -> np.ndarray:
     """Labellings of u ordered cells by unions of <= k blocks: a block of ones between toggles 2i and 2i + 1 of
     2j increasing toggle positions in 0..u (j <= k; ``to_the_right``: the last toggle at u)."""
     rows = [np.zeros((1, u), dtype=bool)]
-    for blocks in range(1, k + 1):
+    for blocks in range(1, min(k, (u + 1) // 2) + 1):
         toggles = np.array(list(itertools.combinations(range(u + 1), 2 * blocks)), dtype=np.int64)
         if to_the_right:
             toggles = toggles[toggles[:, -1] == u]
@@ -616,16 +619,9 @@ def erm_attack_exhaustive(
     return None
 
 
-def _attacked_probability(draws: list[_Draw], x: float, removed: np.ndarray, labels: np.ndarray, y: int) -> float:
-    """p(S', x) when S_2 points at ``removed`` (locations) with ``labels`` are replaced by copies of (x, 1 - y)."""
-    total = 0.0
-    for draw in draws:
-        at_x = draw.cover.values(np.array([x]))[:, 0]
-        errors = draw.errors + len(removed) * (at_x == bool(y))
-        if len(removed):
-            errors = errors - (draw.cover.values(removed) != labels.astype(bool)).sum(axis=1)
-        total += draw.weights(errors) @ at_x
-    return total / len(draws)
+def _probability_one(draw: _Draw, errors: np.ndarray, at_x: np.ndarray) -> np.ndarray:
+    """P_{h ~ exp(-t L)}[h(x) = 1] for error counts ``errors`` [..., m]."""
+    return draw.weights(errors) @ at_x
 
 
 def randomized_attack(
@@ -639,35 +635,46 @@ def randomized_attack(
 ) -> PoisonedSample:
     """A best-response search against the randomized learner: it replaces points of S_2 by copies of (x, 1 - y),
     greedily, each step taking among the ``candidates`` S_2 points nearest to x (either label) the one whose
-    replacement most lowers P[predict y] (evaluated exactly on the learner's p(S', x)). S_1 is left alone: a
-    corrupted S_1 point matters only when J draws it, which happens with probability <= k eta (Lemma 9's proof).
-    ``stop_at``: stop as soon as P[predict 1] crosses this value (the adversary that sees r, see
+    replacement most lowers P[predict y] (evaluated exactly on the learner's p(S', x), all its J draws). S_1 is left
+    alone: a corrupted S_1 point matters only when J draws it, which happens with probability <= k eta (Lemma 9's
+    proof). ``stop_at``: stop as soon as p(S', x) crosses this r (the adversary that sees r, see
     :func:`seen_bits_attack`)."""
     _check_target(sample, y, budget)
     draws = learner.draws(sample)
     n = len(sample)
-    pool = list(np.arange(n // 2, n)[np.argsort(np.abs(sample.xs[n // 2 :] - x), kind="stable")])
-    pool = [p for p in pool if not (sample.xs[p] == x and sample.ys[p] == 1 - y)]
+    second = np.arange(n // 2, n)
+    pool = second[np.argsort(np.abs(sample.xs[second] - x), kind="stable")]
+    pool = [int(p) for p in pool if not (sample.xs[p] == x and sample.ys[p] == 1 - y)]
+    at_x = [d.cover.values(np.array([x]))[:, 0] for d in draws]
+    errors = [d.errors + 0.0 for d in draws]
     chosen: list[int] = []
+    sign = -1.0 if y == 1 else 1.0  # the adversary raises P[predict 1 - y]
 
-    def error_probability(positions: list[int]) -> float:
-        index = np.asarray(positions, dtype=np.int64)
-        p = _attacked_probability(draws, x, sample.xs[index], sample.ys[index], y)
-        return 1 - p if y == 1 else p
+    def crossed(p_one: float) -> bool:
+        return stop_at is not None and ((y == 1 and stop_at > p_one) or (y == 0 and stop_at <= p_one))
 
-    def crossed(positions: list[int]) -> bool:
-        index = np.asarray(positions, dtype=np.int64)
-        p = _attacked_probability(draws, x, sample.xs[index], sample.ys[index], y)
-        return stop_at is not None and ((y == 1 and stop_at > p) or (y == 0 and stop_at <= p))
-
-    while len(chosen) < budget and pool and not crossed(chosen):
+    current = float(np.mean([_probability_one(d, e, a) for d, e, a in zip(draws, errors, at_x, strict=True)]))
+    while len(chosen) < budget and pool and not crossed(current):
         window = pool[:candidates]
-        scores = [error_probability([*chosen, p]) for p in window]
-        best = window[int(np.argmax(scores))]
-        if max(scores) <= error_probability(chosen) and stop_at is None:
+        deltas = [
+            (a == bool(y))[:, None].astype(np.float64)
+            - (d.cover.values(sample.xs[window]) != sample.ys[window].astype(bool))
+            for d, a in zip(draws, at_x, strict=True)
+        ]
+        scores = np.mean(
+            [
+                _probability_one(d, (e[:, None] + z).T, a)
+                for d, e, z, a in zip(draws, errors, deltas, at_x, strict=True)
+            ],
+            axis=0,
+        )
+        best = int(np.argmax(sign * scores))
+        if sign * scores[best] <= sign * current and stop_at is None:
             break  # no replacement among the candidates helps further
-        chosen.append(best)
-        pool.remove(best)
+        chosen.append(window[best])
+        pool.remove(window[best])
+        errors = [e + z[:, best] for e, z in zip(errors, deltas, strict=True)]
+        current = float(scores[best])
     return replace(sample, chosen, x, 1 - y)
 
 
@@ -680,3 +687,32 @@ def seen_bits_attack(
     reaches: seeing r buys nothing."""
     poisoned = randomized_attack(learner, sample, x, y, budget, stop_at=r)
     return poisoned, learner.predict(poisoned.sample, x, r) != y
+
+
+def attacked_error(
+    learner: ERMLearner | RandomizedLearner, sample: LabeledSample, x: float, y: int, eta: float
+) -> tuple[float, float]:
+    """(P[A(S)(x) != y], P[A(S')(x) != y]) for the clean S and the adversary's S' with budget floor(eta n):
+    :func:`erm_attack` against ERM, :func:`randomized_attack` against the randomized learner."""
+    budget = budget_of(eta, len(sample))
+    if isinstance(learner, ERMLearner):
+        clean = float(learner.predict(sample, x) != y)
+        return clean, 1.0 if clean or erm_attack(learner, sample, x, y, budget) is not None else 0.0
+    before = learner.probability(sample, x)
+    after = learner.probability(randomized_attack(learner, sample, x, y, budget).sample, x)
+    return (1 - before, 1 - after) if y == 1 else (before, after)
+
+
+def target_excess(
+    learner: ERMLearner | RandomizedLearner, distribution: FiniteDistribution, sample: LabeledSample, eta: float
+) -> tuple[float, float]:
+    """(clean excess, attacked excess) on a finite domain, exact in the target (x, y) ~ D:
+    sum_{x, y} D(x, y) P[A(S^{(x,y)})(x) != y] - inf_h L_D(h), S^{(x,y)} the adversary's answer to that target."""
+    best = population_loss(learner.hclass, distribution)
+    clean = attacked = 0.0
+    for x, weight, p_one in zip(distribution.points, distribution.weights, distribution.p_one, strict=True):
+        for y, mass in ((1, weight * p_one), (0, weight * (1 - p_one))):
+            if mass > 0:
+                before, after = attacked_error(learner, sample, float(x), y, eta)
+                clean, attacked = clean + mass * before, attacked + mass * after
+    return clean - best, attacked - best
