@@ -51,6 +51,8 @@ __all__ = [
     "excess_bound",
     "hard_coin_distribution",
     "hard_coin_poisoning",
+    "hypothesis_class",
+    "loglog_slope",
     "population_loss",
     "randomized_attack",
     "seen_bits_attack",
@@ -716,3 +718,22 @@ def target_excess(
                 before, after = attacked_error(learner, sample, float(x), y, eta)
                 clean, attacked = clean + mass * before, attacked + mass * after
     return clean - best, attacked - best
+
+
+def hypothesis_class(name: str) -> HypothesisClass:
+    """``thresholds`` (d = 1), ``intervals`` (d = 2) or ``unions<k>`` (unions of k intervals, d = 2k)."""
+    if name == "thresholds":
+        return Thresholds()
+    if name == "intervals":
+        return Intervals()
+    if name.startswith("unions") and name[6:].isdigit() and int(name[6:]) >= 1:
+        return IntervalUnions(int(name[6:]))
+    raise ValueError(f"hypothesis class {name!r} is invalid, expected thresholds, intervals or unions<k> (k >= 1)")
+
+
+def loglog_slope(etas: Sequence[float], values: Sequence[float]) -> float:
+    """The least-squares slope of log(value) on log(eta) over the positive values (nan with fewer than two)."""
+    pairs = [(math.log(e), math.log(v)) for e, v in zip(etas, values, strict=True) if e > 0 and v > 0]
+    if len(pairs) < 2:
+        return math.nan
+    return float(np.polyfit(*zip(*pairs, strict=True), deg=1)[0])
