@@ -30,6 +30,7 @@ from trustlit.attacks.purification_baselines import (
     MedianFilter,
     gaussian_kernel,
 )
+from trustlit.data.leaked_pairs import LeakedPairs, LeakedPairsDataModule
 
 TINY_UNET = {"image_size": 8, "block_out_channels": [8, 16], "dropout": 0.0}
 
@@ -217,10 +218,10 @@ def test_grayscale_jpeg_gives_equal_channels_with_the_luma_of_the_image():
 @pytest.mark.parametrize(
     ("images", "message"),
     [
-        (torch.rand(2, 8, 8), r"images to purify of shape \[2, 8, 8\] is invalid"),
-        (torch.rand(2, 1, 8, 8) * 2, r"values in \[.*\], expected values in \[0, 1\]"),
+        (torch.rand(2, 8, 8), r"images to purify: expected a float tensor \[N, C, H, W\].*shape \[2, 8, 8\]"),
+        (torch.rand(2, 1, 8, 8) * 2, r"images to purify: expected values in \[0, 1\], got range"),
         ((torch.rand(2, 1, 8, 8) * 255).to(torch.uint8), "dtype torch.uint8"),
-        (torch.rand(2, 3, 8, 8), "has 3 channels, expected 1"),
+        (torch.rand(2, 3, 8, 8), "images to purify have 3 channels, expected 1"),
     ],
 )
 def test_bad_images_are_refused_in_one_line(images, message):
@@ -248,3 +249,37 @@ def test_bad_images_are_refused_in_one_line(images, message):
 def test_bad_hyperparameters_are_refused_in_one_line(build, message):
     with pytest.raises(ValueError, match=message):
         build()
+
+
+# --- leaked pairs ----------------------------------------------------------------------------------------------------
+
+
+def test_leaked_pairs_are_a_seeded_disjoint_fraction_of_the_protected_release():
+    data = LeakedPairsDataModule(num_train=200, num_test=40, protection={"name": "random_noise"}, leaked_fraction=0.05,
+                                 eval_pairs=16, batch_size=4)  # fmt: skip
+    data.setup("fit")
+    release = data.release
+    assert len(data.leaked) == 10 and len(release.labels) == 190 and len(release.test_labels) == 40
+    batch = next(iter(data.train_dataloader()))
+    assert set(batch) == {"clean", "protected"} and batch["clean"].shape == (4, 1, 8, 8)
+    # the protection changed the images, and no leaked clean image is in the release to purify
+    assert float((data.leaked.protected - data.leaked.clean).abs().max()) > 0
+    assert not (data.leaked.clean.flatten(1)[:, None] == release.clean.flatten(1)[None]).all(-1).any()
+    assert len(next(iter(data.test_dataloader()))["clean"]) == 4 and len(data.eval_set()) == 16
+    again = LeakedPairsDataModule(num_train=200, num_test=40, protection={"name": "random_noise"}, leaked_fraction=0.05)
+    again.setup("fit")
+    assert torch.equal(again.leaked.protected, data.leaked.protected)
+
+
+def test_unpaired_or_mismatched_leakage_is_refused():
+    clean = smooth_images(4)
+    with pytest.raises(ValueError, match="unpaired: 4 clean images but 3 protected ones"):
+        LeakedPairs(clean, clean[:3])
+    with pytest.raises(ValueError, match=r"mismatched: clean images \[1, 8, 8\] but protected \[1, 16, 16\]"):
+        LeakedPairs(clean, smooth_images(4, size=16))
+    with pytest.raises(ValueError, match="leaked protected images: expected values in"):
+        LeakedPairs(clean, clean + 1)
+    with pytest.raises(ValueError, match=r"leaked_fraction=1.0 is invalid, expected a number in \(0, 1\)"):
+        LeakedPairsDataModule(leaked_fraction=1.0)
+    with pytest.raises(ValueError, match="protection name='nope' is unknown"):
+        LeakedPairsDataModule(num_train=20, num_test=4, protection={"name": "nope"}).setup("fit")

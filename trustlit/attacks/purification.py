@@ -184,21 +184,6 @@ def pre_noise(x: torch.Tensor, beta: float, generator: torch.Generator | None = 
     return (math.sqrt(1 - beta) * x + math.sqrt(beta) * noise).clamp(-1, 1)
 
 
-def check_images(images: Any, name: str = "images", channels: int | None = None) -> torch.Tensor:
-    """``images`` as a float tensor [N, C, H, W] with values in [0, 1], else a one-line ValueError."""
-    if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.shape[0] == 0:
-        shape = list(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-        raise ValueError(f"{name} of shape {shape} is invalid, expected a float tensor [N >= 1, C, H, W]")
-    if not images.is_floating_point():
-        raise ValueError(f"{name} has dtype {images.dtype}, expected float values in [0, 1]")
-    if channels is not None and images.shape[1] != channels:
-        raise ValueError(f"{name} has {images.shape[1]} channels, expected {channels}")
-    low, high = float(images.min()), float(images.max())
-    if not (low >= 0 and high <= 1):
-        raise ValueError(f"{name} has values in [{low:.3g}, {high:.3g}], expected values in [0, 1]")
-    return images
-
-
 class Purifier(ABC):
     """Maps protected images [N, C, H, W] in [0, 1] to purified images of the same shape and range."""
 
@@ -206,7 +191,13 @@ class Purifier(ABC):
 
     def purify(self, images: torch.Tensor) -> torch.Tensor:
         """The purified ``images`` (checked: float [N, C, H, W] in [0, 1])."""
-        check_images(images, "images to purify", self.channels)
+        from trustlit.data.images import check_images
+
+        check_images(images, "images to purify")
+        if len(images) == 0:
+            raise ValueError("images to purify is empty, expected at least one image")
+        if self.channels is not None and images.shape[1] != self.channels:
+            raise ValueError(f"images to purify have {images.shape[1]} channels, expected {self.channels}")
         with torch.no_grad():
             return self._purify(images).clamp(0, 1)
 
@@ -266,6 +257,7 @@ class PairedUNetPurifier(L.LightningModule, Purifier):
             from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
             self.ema = AveragedModel(self.unet, multi_avg_fn=get_ema_multi_avg_fn(hp.ema_decay), use_buffers=True)
+            self.ema.requires_grad_(False)  # updated by averaging, never by the optimiser
 
     @property
     def network(self) -> nn.Module:
