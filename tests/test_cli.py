@@ -81,6 +81,9 @@ def offline_stand_ins(recipe: Path, harvest: Callable[[], Path]) -> list[str]:
     if "non_neighbour_budget" in model_args:  # PoisonM: 3 canaries each, 2 poisons per non-member, one epoch
         attack = {"canaries": 3, "non_neighbour_budget": 2, "epochs": 1}
         overrides += [f"--model.init_args.{key}={value}" for key, value in attack.items()]
+    if "subsets" in model_args:  # targeted poisoning: one class, one budget, one seed, a small sample
+        poisoning = {"classes": "[intervals]", "etas": "[0.05]", "sample_size": 60, "seeds": 1, "subsets": 2}
+        overrides += [f"--model.init_args.{key}={value}" for key, value in poisoning.items()]
     if "encoder" in data_args:  # concept surrogates: embed the items of 10 authors, not 100
         overrides.append("--data.init_args.num_authors=10")
     if data_args.get("source") == "secret-keeper":

@@ -175,6 +175,10 @@ def _register_all() -> None:
             "analysis": {"SemanticBottleneckDecoding": "trustlit.neuro.decoding"},
             "data": {"FMRIDecodingDataModule": "trustlit.data.fmri"},
         },
+        "attacks": {
+            "analysis": {"TargetedPoisoning": "trustlit.attacks.poisoning_analysis"},
+            "data": {"LabeledPointsDataModule": "trustlit.data.labeled_points"},
+        },
         "safety": {
             "method": {
                 "SFT": "trustlit.safety.baselines",
