@@ -45,7 +45,7 @@ DEFAULT_TEMPERATURE = 0.9
 DEFAULT_PRECISION = 26
 CHECKSUM_BITS = 16
 CANONICAL_WINDOW = 8  # tokens of left context used to check that a candidate keeps the tokenization canonical
-DEFAULT_RANK_EXPONENT = 1.6  # Zipf exponent of the rank prior (fit on SmolLM2 ranks of TOFU answers; see docs)
+DEFAULT_RANK_EXPONENT = 1.25  # Zipf exponent: maximum likelihood on SmolLM2 ranks of training messages (docs)
 MAX_STEGO_TOKENS = 4096
 
 
