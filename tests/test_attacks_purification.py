@@ -30,7 +30,7 @@ from trustlit.attacks.purification_baselines import (
     MedianFilter,
     gaussian_kernel,
 )
-from trustlit.data.leaked_pairs import LeakedPairs, LeakedPairsDataModule
+from trustlit.data.leaked_pairs import LeakedPairs, LeakedPairsDataModule, resized
 
 TINY_UNET = {"image_size": 8, "block_out_channels": [8, 16], "dropout": 0.0}
 
@@ -155,6 +155,7 @@ def pairs_loader(clean: torch.Tensor, protected: torch.Tensor, batch_size: int =
     return torch.utils.data.DataLoader(rows, batch_size=batch_size)
 
 
+@pytest.mark.slow  # about 4 s alone, 11 s on the loaded 2-core machine
 def test_bridgepure_fits_under_a_trainer_and_purifies_reproducibly():
     clean = smooth_images(8)
     protected = (clean + 0.2 * (torch.arange(64).reshape(1, 1, 8, 8) % 2)).clamp(0, 1)
@@ -283,3 +284,11 @@ def test_unpaired_or_mismatched_leakage_is_refused():
         LeakedPairsDataModule(leaked_fraction=1.0)
     with pytest.raises(ValueError, match="protection name='nope' is unknown"):
         LeakedPairsDataModule(num_train=20, num_test=4, protection={"name": "nope"}).setup("fit")
+
+
+def test_resize_shrinks_the_release_by_area_averaging():
+    data = LeakedPairsDataModule(num_train=20, num_test=4, protection={"name": "random_noise"}, resize=4)
+    data.setup("fit")
+    assert data.leaked.clean.shape[1:] == (1, 4, 4) and data.release.test_images.shape[1:] == (1, 4, 4)
+    block = torch.arange(64.0).reshape(1, 1, 8, 8) / 64
+    assert torch.allclose(resized(block, 4)[0, 0, 0, 0], block[0, 0, :2, :2].mean())

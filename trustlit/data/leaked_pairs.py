@@ -77,6 +77,12 @@ def leak_split(count: int, leaked_fraction: float, seed: int) -> tuple[Tensor, T
     return order[:leaked], order[leaked:]
 
 
+def resized(images: Tensor, side: int) -> Tensor:
+    """Images resized to ``side`` x ``side`` by area averaging (bilinear when enlarging), kept in [0, 1]."""
+    mode = "area" if side <= images.shape[-1] else "bilinear"
+    return torch.nn.functional.interpolate(images, size=(side, side), mode=mode).clamp(0, 1)
+
+
 class LeakedPairsDataModule(L.LightningDataModule):
     """Leaked (clean, protected) pairs for training a purifier (see the module docstring).
 
@@ -85,6 +91,7 @@ class LeakedPairsDataModule(L.LightningDataModule):
             :class:`~trustlit.data.images.ImageClassificationDataModule`.
         protection: ``{"name": <a trustlit.protection.availability.PROTECTIONS key>, **arguments}``.
         leaked_fraction: the share of the release leaked as pairs, in (0, 1).
+        resize: None, or the side every image is resized to (area averaging) before protection: a cheaper release.
         eval_pairs: pairs of D' served (with their clean originals) by the val and test loaders.
         batch_size: batch size of every loader.
         seed: seeds the subsets, the protection and the leak split.
@@ -98,6 +105,7 @@ class LeakedPairsDataModule(L.LightningDataModule):
         num_test: PositiveInt | None = None,
         protection: dict[str, Any] | None = None,
         leaked_fraction: OpenUnitInterval = 0.1,
+        resize: PositiveInt | None = None,
         eval_pairs: PositiveInt = 256,
         batch_size: PositiveInt = 64,
         seed: int = 0,
@@ -126,6 +134,8 @@ class LeakedPairsDataModule(L.LightningDataModule):
         train_images, train_labels, test_images, test_labels = self.images.load()
         train_images, train_labels = seeded_subset(train_images, train_labels, hp.num_train, seed)
         test_images, test_labels = seeded_subset(test_images, test_labels, hp.num_test, seed + 1)
+        if hp.resize is not None:
+            train_images, test_images = (resized(images, hp.resize) for images in (train_images, test_images))
         arguments = {key: value for key, value in hp.protection.items() if key != "name"}
         protection = build_protection(hp.protection["name"], **{"seed": seed, **arguments})
         protected = protection.fit(train_images, train_labels).protect(train_images, train_labels)
