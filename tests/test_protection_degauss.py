@@ -137,7 +137,7 @@ def test_structured_instruction_code():
 def test_stand_in_editor_learns_on_tiny_pairs():
     """15 epochs on 16 generated 16x16 pairs halve the training loss (end to end through a Trainer)."""
     torch.manual_seed(0)
-    data = EditPairsDataModule(pairs=16, val_pairs=4, image_size=SIZE, encoder="structured", batch_size=16)
+    data = EditPairsDataModule(pairs=16, val_pairs=4, image_size=SIZE, instruction_encoder="structured", batch_size=16)
     editor = InstructionEditor(encoder="structured", channels=8, lr=1e-2)
     data.setup("fit")
     batch = next(iter(data.train_dataloader()))

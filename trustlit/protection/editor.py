@@ -220,20 +220,24 @@ def edit_pairs(count: int, image_size: int, seed: int) -> tuple[torch.Tensor, to
 
 class EditPairsDataModule(L.LightningDataModule):
     """Generated before/after pairs of the edit family for :class:`InstructionEditor`: ``pairs`` training pairs
-    and ``val_pairs`` held-out pairs (other scenes) at ``image_size``, instructions embedded by ``encoder``."""
+    and ``val_pairs`` held-out pairs (other scenes) at ``image_size``, instructions embedded by
+    ``instruction_encoder`` (:func:`instruction_embeddings`)."""
 
     def __init__(
         self,
         pairs: PositiveInt = 2048,
         val_pairs: PositiveInt = 128,
         image_size: PositiveInt = 32,
-        encoder: str = "minilm",
+        instruction_encoder: str = "minilm",
         batch_size: PositiveInt = 32,
         seed: NonNegativeInt = 0,
     ) -> None:
         check_arguments(EditPairsDataModule.__init__, locals())
-        if encoder not in INSTRUCTION_ENCODERS:
-            raise ValueError(f"EditPairsDataModule: encoder={encoder!r} is invalid, expected {INSTRUCTION_ENCODERS}")
+        if instruction_encoder not in INSTRUCTION_ENCODERS:
+            raise ValueError(
+                f"EditPairsDataModule: instruction_encoder={instruction_encoder!r} is invalid, "
+                f"expected {INSTRUCTION_ENCODERS}"
+            )
         if image_size % 4:
             raise ValueError(f"EditPairsDataModule: image_size={image_size!r} is invalid, expected a multiple of 4")
         super().__init__()
@@ -243,7 +247,7 @@ class EditPairsDataModule(L.LightningDataModule):
     def split(self, count: int, seed: int) -> TensorDataset:
         before, after, instructions = edit_pairs(count, self.hparams.image_size, seed)
         unique = sorted(set(instructions))
-        table = instruction_embeddings(unique, self.hparams.encoder)
+        table = instruction_embeddings(unique, self.hparams.instruction_encoder)
         embeddings = table[torch.tensor([unique.index(text) for text in instructions])]
         return TensorDataset(before, after, embeddings)
 
@@ -348,7 +352,7 @@ def train_editor(
     (set up here): the in-process path of the analysis module and benchmark, ``trustlit fit`` being the other."""
     torch.manual_seed(seed)
     data.setup("fit")
-    editor = InstructionEditor(data.hparams.encoder, channels, lr)
+    editor = InstructionEditor(data.hparams.instruction_encoder, channels, lr)
     optimiser = editor.configure_optimizers()
     loader = data.train_dataloader()
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, epochs * len(loader))

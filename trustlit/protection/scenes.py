@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -281,7 +282,8 @@ class SceneViewsDataModule(L.LightningDataModule):
 class GaussianSceneFit(L.LightningModule):
     """Fit ``num_gaussians`` free Gaussians to a scene's views (module docstring): Adam on the renders' MSE with
     :func:`attribute_adam`'s learning rates. Logs ``train/psnr`` and
-    ``val/psnr``/``test/psnr`` on held-out views. :meth:`gaussians` returns the fitted scene."""
+    ``val/psnr``/``test/psnr`` on held-out views. :meth:`gaussians` returns the fitted scene, also written to
+    ``<default_root_dir>/gaussians.pt`` when the fit ends."""
 
     def __init__(self, num_gaussians: PositiveInt = 512, lr: PositiveFloat = 0.01, seed: NonNegativeInt = 0) -> None:
         check_arguments(GaussianSceneFit.__init__, locals())
@@ -312,6 +314,10 @@ class GaussianSceneFit(L.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return attribute_adam(dict(self.attributes), self.hparams.lr)
+
+    def on_fit_end(self) -> None:
+        if self.trainer.is_global_zero:  # the fitted scene as a scene file (Gaussians.load reads it)
+            self.gaussians().detach().save(Path(self.trainer.default_root_dir) / "gaussians.pt")
 
 
 def scene_item(scene: ProceduralScene, edit: Edit, views: int, image_size: int) -> dict[str, Any]:
