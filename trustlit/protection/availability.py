@@ -44,7 +44,7 @@ from torch import Tensor
 
 from trustlit.data.images import check_images
 from trustlit.hparams import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_arguments
-from trustlit.image_classifiers import Architecture, build_classifier, check_labels, predict
+from trustlit.image_classifiers import ARCHITECTURES, Architecture, build_classifier, check_labels, predict
 
 
 class Protection(ABC):
@@ -169,6 +169,10 @@ class ErrorMinimizingNoise(Protection):
         seed: int = 0,
     ) -> None:
         check_arguments(ErrorMinimizingNoise.__init__, locals())
+        if architecture not in ARCHITECTURES:
+            raise ValueError(
+                f"ErrorMinimizingNoise: architecture={architecture!r} is invalid, expected one of {ARCHITECTURES}"
+            )
         super().__init__(seed)
         self.epsilon, self.step_size, self.num_steps = epsilon, step_size, num_steps
         self.train_steps, self.stop_error, self.max_rounds = train_steps, stop_error, max_rounds
@@ -380,13 +384,16 @@ class AutoregressivePerturbation(Protection):
     signal per sample, the generator and the coefficient search of the module docstring.
 
     Defaults follow the released CIFAR-10 setting: L2 norm 1.0, signals generated 4 pixels larger and cropped,
-    the search's thresholds (3 trial signals, generated norm <= 50, lowest response of earlier filters >= 10).
+    and the search's thresholds: 3 trial signals of generated L2 norm <= 50 each, and every earlier filter
+    responding >= 10 to the candidate's pattern. The response of a unit-norm pattern grows with the number of
+    pixel values, so the threshold is ``min_response * C H W / 3072`` (10 on CIFAR's 3x32x32, as released).
 
     Args:
         epsilon: the L2 norm of each perturbation.
         crop: extra rows/columns generated and cropped (the AR warm-up border).
         num_trials, max_norm, min_response: the greedy search's thresholds.
-        max_candidates: candidate processes drawn before the search gives up (the released default is 10^6).
+        max_candidates: candidate processes drawn before the search gives up (the released default is 10^6);
+            candidates are tried in batches of ``candidate_batch`` to amortise the raster loop.
         seed: seeds the search and the per-sample signals.
     """
 
@@ -399,13 +406,15 @@ class AutoregressivePerturbation(Protection):
         num_trials: PositiveInt = 3,
         max_norm: PositiveFloat = 50.0,
         min_response: NonNegativeFloat = 10.0,
-        max_candidates: PositiveInt = 100_000,
+        max_candidates: PositiveInt = 1_000_000,
+        candidate_batch: PositiveInt = 64,
         seed: int = 0,
     ) -> None:
         check_arguments(AutoregressivePerturbation.__init__, locals())
         super().__init__(seed)
         self.epsilon, self.crop, self.num_trials = epsilon, crop, num_trials
-        self.max_norm, self.min_response, self.max_candidates = max_norm, min_response, max_candidates
+        self.max_norm, self.min_response = max_norm, min_response
+        self.max_candidates, self.candidate_batch = max_candidates, candidate_batch
         self.coefficients: Tensor | None = None
 
     def signal_size(self) -> tuple[int, int]:
@@ -417,21 +426,32 @@ class AutoregressivePerturbation(Protection):
         signal = signal[:, :, self.crop :, self.crop :]
         return signal * (self.epsilon / signal.flatten(1).norm(dim=1).clamp_min(1e-12))[:, None, None, None]
 
+    def stable_candidates(self) -> tuple[Tensor, Tensor]:
+        """A batch of random processes that did not diverge, with the last trial pattern of each (unit-scaled)."""
+        candidates = torch.stack(
+            [random_ar_coefficients(self.image_shape[0], self.generator) for _ in range(self.candidate_batch)]
+        )
+        trials = ar_generate(
+            candidates.repeat_interleave(self.num_trials, 0),
+            len(candidates) * self.num_trials,
+            self.signal_size(),
+            self.generator,
+        ).view(len(candidates), self.num_trials, *self.image_shape[:1], *self.signal_size())
+        cropped = trials[..., self.crop :, self.crop :]
+        stable = torch.isfinite(cropped).flatten(1).all(1) & (cropped.flatten(2).norm(dim=2) <= self.max_norm).all(1)
+        return candidates[stable], self.scaled(trials[stable, -1])
+
     def search(self, images: Tensor, labels: Tensor) -> None:
+        threshold = self.min_response * images[0].numel() / 3072
         found: list[Tensor] = []
-        for _ in range(self.max_candidates):
-            candidate = random_ar_coefficients(self.image_shape[0], self.generator)
-            trials = ar_generate(candidate, self.num_trials, self.signal_size(), self.generator)
-            norms = trials[:, :, self.crop :, self.crop :].flatten(1).norm(dim=1)
-            if not torch.isfinite(trials).all() or (norms > self.max_norm).any():
-                continue
-            pattern = self.scaled(trials[-1:])
-            if found and min(ar_filter_response(other, pattern).item() for other in found) < self.min_response:
-                continue
-            found.append(candidate)
-            if len(found) == self.num_classes:
-                self.coefficients = torch.stack(found)
-                return
+        for _ in range(-(-self.max_candidates // self.candidate_batch)):
+            for candidate, pattern in zip(*self.stable_candidates(), strict=True):
+                responses = [ar_filter_response(other, pattern[None]).item() for other in found]
+                if not responses or min(responses) >= threshold:
+                    found.append(candidate)
+                if len(found) == self.num_classes:
+                    self.coefficients = torch.stack(found)
+                    return
         raise ValueError(
             f"autoregressive: found {len(found)} of {self.num_classes} AR processes in max_candidates="
             f"{self.max_candidates} draws: raise max_candidates or lower min_response={self.min_response}"
