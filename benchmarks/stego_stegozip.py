@@ -129,7 +129,7 @@ def decode_bits(coding: str, bits: list[int], base: tuple, codec: Any) -> dict[s
 
 
 def run_message(message: str, prompt: str, base: tuple, codec: Any, verify_all: bool) -> dict[str, Any]:
-    from trustlit.stego.coding import embed_tokens, extract_bits
+    from trustlit.stego.coding import StegoCorruptionError, embed_tokens, extract_bits
 
     rows = {}
     for coding in CODINGS:
@@ -138,12 +138,16 @@ def run_message(message: str, prompt: str, base: tuple, codec: Any, verify_all: 
         tokens = embed_tokens(*base, bits, prompt, settings=codec.settings)
         row.update(bits=len(bits), stego_tokens=len(tokens), embed_s=time.perf_counter() - began)
         text = base[1].decode(tokens, clean_up_tokenization_spaces=False)
+        rows[coding] = row
         if verify_all or coding in ("rank coding", "StegoZip"):
             began = time.perf_counter()
-            extracted = extract_bits(*base, text, prompt, len(bits), settings=codec.settings)
+            try:
+                extracted = extract_bits(*base, text, prompt, len(bits), settings=codec.settings)
+            except StegoCorruptionError as error:  # e.g. the text retokenizes otherwise: a failure to report
+                row.update(bits_lossless=False, error=str(error))
+                continue
             row.update(bits_lossless=extracted == bits, extract_s=time.perf_counter() - began)
             row.update(decode_bits(coding, extracted, base, codec))
-        rows[coding] = row
     return {"message": message, "utf8_bits": 8 * len(message.encode()), "codings": rows}
 
 

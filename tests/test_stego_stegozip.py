@@ -112,6 +112,7 @@ def test_keystream_masks_reversibly_and_looks_uniform():
     assert abs(sum(masked) - 2048) < 4.5 * math.sqrt(1024)
 
 
+@pytest.mark.slow
 def test_codec_round_trip_end_to_end_on_a_tiny_lm(monkeypatch):
     model, tokenizer = build_tiny_causal_lm(hidden_size=32, num_layers=1, num_heads=2, seed=1)
     model.eval()
