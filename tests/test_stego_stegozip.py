@@ -132,6 +132,7 @@ def test_codec_round_trip_end_to_end_on_a_tiny_lm(monkeypatch):
     assert received["restored"] == message
 
 
+@pytest.mark.slow
 def test_messages_hold_out_whole_authors_and_pairs_have_the_restorer_format():
     train = split_messages(["fictitious"], "train", 0.25, 0)
     test = split_messages(["fictitious"], "test", 0.25, 0)
