@@ -74,14 +74,14 @@ def test_farthest_view_sampling_on_a_ring():
         farthest_view_sampling(positions, 9)
 
 
-def test_line_search_returns_the_largest_feasible_scale(tiny):
+def test_line_search_stops_just_inside_the_constraint(tiny):
     scene, cameras, _ = tiny
     references = render_views(scene.gaussians, cameras, SIZE)
     delta = {"colours": 0.5 * torch.randn(scene.gaussians.colours.shape, generator=torch.Generator().manual_seed(1))}
-    scale = project_fidelity(scene.gaussians, delta, references, cameras, 30.0, bisections=14)
+    scale = project_fidelity(scene.gaussians, delta, references, cameras, 30.0)
     assert 0 < scale < 1
     assert min_psnr(perturbed(scene.gaussians, delta, scale), references, cameras) >= 30.0
-    assert min_psnr(perturbed(scene.gaussians, delta, scale + 2**-13), references, cameras) < 30.0
+    assert min_psnr(perturbed(scene.gaussians, delta, 1.01 * scale), references, cameras) < 30.0
 
 
 def test_degauss_keeps_the_fidelity_constraint_and_lowers_its_loss(tiny):
@@ -186,6 +186,7 @@ def test_fitted_scene_reproduces_its_views():
     assert psnr(render_views(fitted, held_out.cameras, SIZE), held_out.images).mean() > 22.0
 
 
+@pytest.mark.slow
 def test_analysis_module_end_to_end(tmp_path):
     """DEGaussDefense under `trainer.test` on one tiny scene with a tiny in-process editor: every method's row,
     the constraint met, and the JSON and PNG written."""

@@ -18,8 +18,9 @@ the step: views where the defense is weakest, high ℓ_v, get the largest share)
 
     fidelity constraint:  min_v PSNR(x̃_v, x_v) >= ρ  (ρ = 30 dB) over every training view,
 
-enforced after each step by a line search: δ is scaled by the largest s in [0, 1] (bisection) that satisfies it,
-so the returned scene always does (s = 0 is the original scene).
+enforced after each step by a line search: δ is scaled by s in [0, 1] just inside the boundary (steps
+s <- s · 10^((PSNR(s) - ρ)/20), exact when MSE ∝ s²), so the returned scene always satisfies it (s = 0 is the
+original scene).
 
 Baselines (:data:`METHODS`): ``uniform`` (γ = 0: equal weights, the dual loss kept), ``photoguard`` (PhotoGuard's
 encoder attack, Salman et al. ICML 2023, run per view in 2D with L∞ budget ε and lifted to 3D by fitting δ to the
@@ -127,19 +128,18 @@ def project_fidelity(
     references: torch.Tensor,
     cameras: list[Camera],
     psnr_floor: float,
-    bisections: int = 12,
+    tries: int = 8,
 ) -> float:
-    """The largest s in [0, 1] (to 2^-bisections) with min_v PSNR(R(θ + s δ, v), x_v) >= ``psnr_floor``."""
-    if min_psnr(perturbed(scene, delta), references, cameras) >= psnr_floor:
-        return 1.0
-    low, high = 0.0, 1.0
-    for _ in range(bisections):
-        middle = 0.5 * (low + high)
-        if min_psnr(perturbed(scene, delta, middle), references, cameras) >= psnr_floor:
-            low = middle
-        else:
-            high = middle
-    return low
+    """A scale s in [0, 1] with min_v PSNR(R(θ + s δ, v), x_v) >= ``psnr_floor``, just inside the boundary: 1 if
+    δ is feasible, else line-search steps s <- s · 10^((PSNR(s) - ρ) / 20) · 0.999 (exact where the renders are
+    linear in s, MSE ∝ s²) until feasible; 0 (the original scene) after ``tries`` failures."""
+    current, scale = min_psnr(perturbed(scene, delta), references, cameras), 1.0
+    for _ in range(tries):
+        if current >= psnr_floor:
+            return scale
+        scale *= 10 ** ((current - psnr_floor) / 20) * 0.999
+        current = min_psnr(perturbed(scene, delta, scale), references, cameras)
+    return scale if current >= psnr_floor else 0.0
 
 
 @dataclass(frozen=True)
@@ -271,7 +271,7 @@ def random_perturbation(
     delta = {k: r * torch.randn(getattr(scene, k).shape, generator=generator)
              for k, r in zip(PERTURBED, ratios, strict=True)}  # fmt: skip
     references = render_views(scene, cameras, image_size).detach()
-    return perturbed(scene, delta, project_fidelity(scene, delta, references, cameras, psnr_floor, bisections=20))
+    return perturbed(scene, delta, project_fidelity(scene, delta, references, cameras, psnr_floor, tries=20))
 
 
 def protect(
