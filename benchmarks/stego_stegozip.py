@@ -11,9 +11,12 @@
   StegoZip >= 2x the raw-bits payload (paper: 2.5x on 7B models).
 
 Messages: TOFU answers and fictitious-facts sentences from authors the restorer never saw
-(:mod:`trustlit.data.stego_messages`). The restorer: SmolLM2 with LoRA (r 16, alpha 32, all projections), a short
-fine-tune on the training authors' pairs (``--stegozip-steps`` steps of batch 4, lr 3e-4; the paper: 2 epochs on
-30,000 texts at lr 3e-5).
+(:mod:`trustlit.data.stego_messages`). The restorer: SmolLM2 with LoRA (r 16, alpha 32, all projections) fine-tuned
+on the training authors' pairs for ``--stegozip-steps`` steps of batch 4 at lr 3e-4 (the paper: 2 epochs on 30,000
+texts at lr 3e-5). A LoRA step of SmolLM2 on 4 pairs costs about 20 CPU-seconds and the stego coders run it one
+token at a time, so the default run is small (4 messages, 80 training pairs, 10 steps: a barely trained restorer,
+whose wrong fills the self-check corrects); ``--stegozip-messages 50 --stegozip-train 1000 --stegozip-steps 500``
+is a meaningful scale for a GPU or a long CPU run.
 
 Stages cached under ``<workdir>/stegozip[_quick]/``: the restorer's LoRA weights and Ī(D), then one JSON per message
 (keyed by its index), so a rerun resumes and a larger ``--stegozip-messages`` only adds messages. Extraction is
@@ -49,9 +52,9 @@ TINY = {"name_or_path": "tiny-llama", "tiny": {"hidden_size": 32, "num_layers": 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("stegozip")
-    group.add_argument("--stegozip-messages", type=int, default=6, help="held-out messages, half TOFU (paper 1,900)")
-    group.add_argument("--stegozip-train", type=int, default=120, help="training messages per source")
-    group.add_argument("--stegozip-steps", type=int, default=80, help="restorer fine-tuning steps (batch 4)")
+    group.add_argument("--stegozip-messages", type=int, default=4, help="held-out messages, half TOFU (paper 1,900)")
+    group.add_argument("--stegozip-train", type=int, default=40, help="training messages per source")
+    group.add_argument("--stegozip-steps", type=int, default=10, help="restorer fine-tuning steps (batch 4)")
     group.add_argument("--stegozip-verify-all", action="store_true", help="also extract the raw and zlib stego texts")
     group.add_argument("--stegozip-tofu", default="../shared/data/tofu", help="TOFU directory (full.json)")
 
