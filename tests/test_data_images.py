@@ -127,10 +127,12 @@ def test_generated_images_are_seeded_and_learnable() -> None:
     assert x.shape == (400, 3, 8, 8) and torch.bincount(y).tolist() == [100] * 4
     assert torch.equal(generated_images(400, num_classes=4, size=8, channels=3, seed=5)[0], x)
     assert not torch.equal(generated_images(400, num_classes=4, size=8, channels=3, seed=6)[0], x)
-    # nearest class mean (means from the first half) classifies the second half well above chance (0.25)
+    # the nearest neighbour in the first half labels the second half correctly (its prototype is there, 16 of them
+    # per class, 200 images); the nearest class mean does much worse (each class is a mixture)
+    nearest = torch.cdist(x[200:].flatten(1), x[:200].flatten(1)).argmin(1)
+    assert (y[:200][nearest] == y[200:]).float().mean() > 0.9
     means = torch.stack([x[:200][y[:200] == k].mean(0) for k in range(4)])
-    nearest = torch.cdist(x[200:].flatten(1), means.flatten(1)).argmin(1)
-    assert (nearest == y[200:]).float().mean() > 0.6
+    assert (torch.cdist(x[200:].flatten(1), means.flatten(1)).argmin(1) == y[200:]).float().mean() < 0.8
     with pytest.raises(ValueError, match="num_classes=1"):
         generated_images(10, num_classes=1)
 

@@ -144,6 +144,49 @@ def test_autoregressive_perturbation_norm_and_class_filters() -> None:
     assert own.max() < 1e-4 and (responses.sum(1) - own).min() > 1e-3
 
 
+@pytest.fixture(scope="module")
+def victim_data() -> dict:
+    """1,000 generated 8x8 training images (10 classes of 8 prototypes each), 500 clean test images, and the clean
+    test accuracy of the victim trained on the clean training set."""
+    images, labels = generated_images(1500, modes=8, seed=0)
+    data = {"train": (images[:1000], labels[:1000]), "test": (images[1000:], labels[1000:])}
+    return {**data, "clean": accuracy(train_victim(*data["train"]), *data["test"])}
+
+
+def train_victim(images: torch.Tensor, labels: torch.Tensor) -> torch.nn.Module:
+    return fit_classifier(images, labels, epochs=8, batch_size=64, width=8)
+
+
+# Budgets for 8x8 images: OPS and AR as released (AR's L2 norm 1 is an rms of 1/8 per pixel here); LSP and EM at
+# about 3x their released L_inf size: at the released size the victim still learns these easy prototypes alongside
+# the shortcut (measured: clean-test accuracy falls by < 0.1), on Fashion-MNIST see docs/methods/availability_attacks.md
+PROTECTING = {
+    "one_pixel_shortcut": {},
+    "linear_separable": {"patch_size": 2, "epsilon": 0.08},
+    "autoregressive": {},
+    "error_minimizing": {"epsilon": 0.1, "step_size": 0.01, "max_rounds": 6, "width": 8, "batch_size": 250},
+}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=[pytest.mark.slow] if name == "error_minimizing" else []) for name in PROTECTING]
+)
+def test_each_protection_protects_and_random_noise_does_not(victim_data: dict, name: str) -> None:
+    images, labels = victim_data["train"]
+    assert victim_data["clean"] > 0.85  # clean training learns the task (measured 0.93)
+    protected = build_protection(name, **PROTECTING[name]).protect(images, labels)
+    victim = train_victim(protected, labels)
+    # the victim fits the protected training set, yet loses >= 0.15 of clean-test accuracy (measured: 0.21-0.30)
+    assert accuracy(victim, protected, labels) > 0.85
+    assert accuracy(victim, *victim_data["test"]) < victim_data["clean"] - 0.15
+
+
+def test_random_noise_does_not_protect(victim_data: dict) -> None:
+    images, labels = victim_data["train"]
+    victim = train_victim(RandomNoise().protect(images, labels), labels)
+    assert accuracy(victim, *victim_data["test"]) > victim_data["clean"] - 0.05
+
+
 def test_bad_input_is_refused_in_one_line() -> None:
     protection = OnePixelShortcut()
     with pytest.raises(ValueError, match="one_pixel_shortcut: images: expected a float tensor"):
@@ -179,7 +222,7 @@ def test_registry_names_match_classes() -> None:
 def test_classifiers_shapes_and_learning() -> None:
     assert SmallCNN(3, 5, width=4)(torch.rand(2, 3, 28, 28)).shape == (2, 5)
     assert ResNet(1, 7, width=4)(torch.rand(2, 1, 8, 8)).shape == (2, 7)
-    images, labels = generated_images(600, num_classes=4, seed=6)
+    images, labels = generated_images(600, num_classes=4, modes=2, seed=6)
     model = fit_classifier(images[:400], labels[:400], epochs=3, batch_size=32, width=8)
     assert accuracy(model, images[400:], labels[400:]) > 0.9
     with pytest.raises(ValueError, match="labels: expected int64"):
@@ -187,11 +230,11 @@ def test_classifiers_shapes_and_learning() -> None:
 
 
 def test_image_classifier_trains_under_lightning() -> None:
-    data = ImageClassificationDataModule(source="generated", num_train=200, num_test=100, batch_size=32)
+    data = ImageClassificationDataModule(source="generated", num_train=600, num_test=200, batch_size=32)
     model = ImageClassifier(in_channels=1, num_classes=10, width=8, lr=3e-3)
     trainer = quiet_trainer(max_epochs=3)
     trainer.fit(model, datamodule=data)
     (result,) = trainer.test(model, datamodule=data, verbose=False)
-    assert result["test/acc"] > 0.5
+    assert result["test/acc"] > 0.4  # chance 0.1
     with pytest.raises(ValueError, match="in_channels=3 but the images have 1 channels"):
         quiet_trainer(max_epochs=1).fit(ImageClassifier(in_channels=3, width=4), datamodule=data)

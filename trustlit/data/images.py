@@ -172,25 +172,27 @@ def load_cifar(root: str | Path, split: Literal["train", "test"] = "train") -> t
 
 
 def generated_images(
-    n: int, *, num_classes: int = 10, size: int = 8, channels: int = 1, seed: int = 0
+    n: int, *, num_classes: int = 10, size: int = 8, channels: int = 1, modes: int = 16, seed: int = 0
 ) -> tuple[Tensor, Tensor]:
-    """``n`` learnable images: a class prototype (a random +-0.2 pattern on a coarse half-resolution grid, so it
-    has spatial structure) on grey 0.5, plus per-image Gaussian noise (sd 0.15), clipped to [0, 1]. Labels cycle
-    through the classes. The prototypes depend on ``seed`` only, so two calls with the same seed share classes."""
-    if n < 1 or num_classes < 2 or size < 2 or channels < 1:
+    """``n`` learnable images whose classes are not linearly easy: each class is a mixture of ``modes`` prototypes
+    (random +-0.25 patterns on a half-resolution grid, on grey 0.5), each image one prototype of its class plus
+    Gaussian noise (sd 0.05), clipped to [0, 1] (values stay near [0.2, 0.8], so small perturbations are not
+    clipped). Labels cycle through the classes. The prototypes depend on ``seed`` only."""
+    if n < 1 or num_classes < 2 or size < 2 or channels < 1 or modes < 1:
         raise ValueError(
-            f"generated_images: n={n}, num_classes={num_classes}, size={size}, channels={channels} is invalid, "
-            "expected n >= 1, num_classes >= 2, size >= 2, channels >= 1"
+            f"generated_images: n={n}, num_classes={num_classes}, size={size}, channels={channels}, modes={modes} "
+            "is invalid, expected n >= 1, num_classes >= 2, size >= 2, channels >= 1, modes >= 1"
         )
-    prototypes_generator = torch.Generator().manual_seed(seed)
+    half = (size + 1) // 2
     coarse = torch.randint(
-        0, 2, (num_classes, channels, (size + 1) // 2, (size + 1) // 2), generator=prototypes_generator
+        0, 2, (num_classes * modes, channels, half, half), generator=torch.Generator().manual_seed(seed)
     )
-    prototypes = (0.4 * coarse.float() - 0.2).repeat_interleave(2, -1).repeat_interleave(2, -2)[..., :size, :size]
-    noise_generator = torch.Generator().manual_seed(seed + 1)
+    prototypes = (0.5 * coarse.float() - 0.25).repeat_interleave(2, -1).repeat_interleave(2, -2)[..., :size, :size]
+    generator = torch.Generator().manual_seed(seed + 1)
     labels = torch.arange(n) % num_classes
-    noise = 0.15 * torch.randn(n, channels, size, size, generator=noise_generator)
-    return (0.5 + prototypes[labels] + noise).clamp(0, 1), labels
+    mode = torch.randint(0, modes, (n,), generator=generator)
+    noise = 0.05 * torch.randn(n, channels, size, size, generator=generator)
+    return (0.5 + prototypes[labels * modes + mode] + noise).clamp(0, 1), labels
 
 
 def seeded_subset(images: Tensor, labels: Tensor, size: int | None, seed: int) -> tuple[Tensor, Tensor]:
