@@ -4,9 +4,11 @@ on one labelled distribution, run by ``trustlit test``.
 For each hypothesis class, budget eta and seed, a sample S ~ D^n is drawn; for every target (x, y) the adversary
 answers with a poisoned S' (at most floor(eta n) points replaced): the exact smallest flip for ERM
 (:func:`~trustlit.attacks.targeted_poisoning.erm_attack`), the best-response search for the randomized learner
-(:func:`~trustlit.attacks.targeted_poisoning.randomized_attack`). Each row reports the clean and the attacked excess
-error sum_{x,y} D(x, y) P[A(S')(x) != y] - inf_h L_D(h) (exact in the target, mean and std over seeds), the
-paper's scale sqrt(d eta log(e / (d eta))) and the fitted log-log slope of the attacked excess against eta.
+(:func:`~trustlit.attacks.targeted_poisoning.randomized_attack`), and optionally the naive learner whose bits (J, r)
+the adversary sees (:func:`~trustlit.attacks.targeted_poisoning.naive_public_attack`). Each row reports the clean
+and the attacked excess error sum_{x,y} D(x, y) P[A(S')(x) != y] - inf_h L_D(h) (exact in the target, mean and std
+over seeds), the paper's scale sqrt(d eta log(e / (d eta))) and the fitted log-log slope of the attacked excess
+against eta.
 Results: JSON, a printed table, a PNG (attacked excess vs eta) and W&B.
 
 Notes: docs/methods/targeted_poisoning.md
@@ -29,13 +31,15 @@ from trustlit.attacks.targeted_poisoning import (
     check_eta,
     hypothesis_class,
     loglog_slope,
+    stratified_bits,
     target_excess,
 )
 from trustlit.data.labeled_points import distribution_from_batch
 from trustlit.figures import log_to_wandb, new_figure, print_table, save_png
 from trustlit.hparams import PositiveInt, check_arguments, plain_numbers
 
-Learner = Literal["erm", "randomized"]
+Learner = Literal["erm", "randomized", "naive"]
+LEARNERS = ("erm", "randomized", "naive")
 
 
 def paper_scale(d: int, eta: float) -> float:
@@ -44,15 +48,27 @@ def paper_scale(d: int, eta: float) -> float:
 
 
 def excess_row(
-    distribution: FiniteDistribution, class_name: str, learner_name: str, eta: float, n: int, seeds: int, subsets: int
+    distribution: FiniteDistribution,
+    class_name: str,
+    learner_name: str,
+    eta: float,
+    n: int,
+    seeds: int,
+    subsets: int,
+    bit_pairs: int = 16,
 ) -> dict[str, Any]:
-    """Clean and attacked excess of one (class, learner, eta), mean and std over ``seeds`` samples of size n."""
+    """Clean and attacked excess of one (class, learner, eta), mean and std over ``seeds`` samples of size n.
+    Learners: ``erm``, ``randomized`` (A_pub) and ``naive`` (A_priv with its bits (J, r) public, ``bit_pairs``
+    stratified pairs per target)."""
     hclass = hypothesis_class(class_name)
     learner = ERMLearner(hclass) if learner_name == "erm" else RandomizedLearner(hclass, eta, subsets=subsets)
     clean, attacked = [], []
     for seed in range(seeds):
         sample = distribution.sample(n, np.random.default_rng(seed))
-        before, after = target_excess(learner, distribution, sample, eta)
+        bits = None
+        if learner_name == "naive":
+            bits = stratified_bits(len(learner.index_sets(n)), bit_pairs, seed)
+        before, after = target_excess(learner, distribution, sample, eta, bits)
         clean.append(before)
         attacked.append(after)
     return {
@@ -75,11 +91,12 @@ class TargetedPoisoning(AnalysisModule):
 
     Args:
         classes: hypothesis classes: ``thresholds`` (d = 1), ``intervals`` (d = 2), ``unions<k>`` (d = 2k).
-        learners: ``erm`` and/or ``randomized``.
+        learners: from ``erm``, ``randomized`` (the paper's A_pub) and ``naive`` (A_priv with public bits).
         etas: the poisoning budgets, each in [0, 1).
         sample_size: n, the training sample size.
         seeds: samples per (class, learner, eta).
         subsets: J draws averaged in the randomized learner's p(S, x).
+        bit_pairs: public bit pairs (J, r) per target for the naive learner (stratified in r).
     """
 
     def __init__(
@@ -90,6 +107,7 @@ class TargetedPoisoning(AnalysisModule):
         sample_size: PositiveInt = 400,
         seeds: PositiveInt = 3,
         subsets: PositiveInt = 16,
+        bit_pairs: PositiveInt = 16,
         results_file: str = "targeted_poisoning.json",
     ) -> None:
         super().__init__(results_file=results_file)
@@ -99,11 +117,11 @@ class TargetedPoisoning(AnalysisModule):
         self.etas = [check_eta(e) for e in ([0.003, 0.01, 0.03, 0.1] if etas is None else etas)]
         for name in self.classes:
             hypothesis_class(name)
-        bad = [name for name in self.learners if name not in ("erm", "randomized")]
+        bad = [name for name in self.learners if name not in LEARNERS]
         if bad or not self.learners or not self.classes or not self.etas:
             raise ValueError(
                 f"TargetedPoisoning: classes={self.classes!r}, learners={self.learners!r}, etas={self.etas!r} are "
-                "invalid, expected non-empty lists (learners from erm, randomized)"
+                "invalid, expected non-empty lists (learners from erm, randomized, naive)"
             )
         self.save_hyperparameters()
         plain_numbers(self.hparams)
@@ -121,7 +139,9 @@ class TargetedPoisoning(AnalysisModule):
         name, distribution = self.distributions[0]
         hp = self.hparams
         rows = [
-            excess_row(distribution, c, learner, eta, int(hp.sample_size), int(hp.seeds), int(hp.subsets))
+            excess_row(
+                distribution, c, learner, eta, int(hp.sample_size), int(hp.seeds), int(hp.subsets), int(hp.bit_pairs)
+            )
             for c in self.classes
             for learner in self.learners
             for eta in self.etas

@@ -23,11 +23,12 @@ Notes: docs/methods/targeted_poisoning.md
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,17 +47,22 @@ __all__ = [
     "Thresholds",
     "attacked_error",
     "check_eta",
+    "coin_budget",
     "erm_attack",
     "erm_attack_exhaustive",
     "excess_bound",
+    "hard_bias_support",
     "hard_coin_distribution",
     "hard_coin_poisoning",
     "hypothesis_class",
     "loglog_slope",
+    "naive_predict",
+    "naive_public_attack",
     "population_loss",
     "randomized_attack",
     "seen_bits_attack",
     "shattered",
+    "stratified_bits",
     "target_excess",
     "vc_dimension_of_table",
 ]
@@ -169,7 +175,18 @@ class PiecewiseDistribution:
         return (self.breaks[:-1] + self.breaks[1:]) / 2, mass * (1 - self.p_one), mass * self.p_one
 
 
-def _hard_bias_support(eta_coin: float) -> tuple[np.ndarray, np.ndarray]:
+def coin_budget(d: int, eta: float) -> float:
+    """The per-coin budget of the lower bound's scheme: Lemma 14 runs Lemma 13 with the oblivious budget eta / 2 (which
+    the sample adversary with budget eta realises, Proposition 11), and Lemma 13 gives each coin d times that; Lemma
+    12 caps it at 1/16 (its construction for larger budgets). Needs d eta < 1 and eta > 0."""
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ValueError(f"d={d!r} is invalid, expected an integer >= 1")
+    if not 0 < check_eta(eta) < 1 / d:
+        raise ValueError(f"eta={eta!r} is invalid for d={d}, expected 0 < eta < 1 / d (Lemma 13)")
+    return min(d * eta / 2, 1 / 16)
+
+
+def hard_bias_support(eta_coin: float) -> tuple[np.ndarray, np.ndarray]:
     """Lemma 12's U for a per-coin budget eta_coin <= 1/16: with m the natural number with
     sqrt(eta)/2 <= (2m + 1) eta <= sqrt(eta), U is ½ uniform{2 i eta : |i| <= m} + ½ uniform{±(2m + 1) eta}.
     Returns (support, probabilities)."""
@@ -181,29 +198,28 @@ def _hard_bias_support(eta_coin: float) -> tuple[np.ndarray, np.ndarray]:
     return support, probabilities
 
 
-def hard_coin_distribution(d: int, eta: float, rng: np.random.Generator) -> FiniteDistribution:
-    """The lower bound's fixed hard distribution (Lemmas 12-14): d shattered points 0..d-1 with uniform marginal and
-    P(y = 1 | x_i) = 1/2 + u_i, u_i drawn i.i.d. from Lemma 12's U for the per-coin budget d eta (needs d eta < 1;
-    budgets above 1/16 use 1/16's construction, as the lemma does)."""
-    eta_coin = min(d * check_eta(eta), 1 / 16)
-    if eta_coin <= 0:
-        raise ValueError(f"hard_coin_distribution: eta={eta!r} is invalid, expected eta > 0")
-    support, probabilities = _hard_bias_support(eta_coin)
-    u = rng.choice(support, size=d, p=probabilities)
+def hard_coin_distribution(
+    d: int, eta: float, rng: np.random.Generator, biases: np.ndarray | None = None
+) -> FiniteDistribution:
+    """The lower bound's fixed hard distribution D_u (Lemmas 12-14): d shattered points 0..d-1 with uniform marginal
+    and P(y = 1 | x_i) = 1/2 + u_i, u_i drawn i.i.d. from Lemma 12's U for the per-coin budget
+    :func:`coin_budget` (``biases``: u given instead of drawn)."""
+    support, probabilities = hard_bias_support(coin_budget(d, eta))
+    u = rng.choice(support, size=d, p=probabilities) if biases is None else np.asarray(biases, dtype=np.float64)
     return FiniteDistribution(np.arange(d), np.full(d, 1 / d), 0.5 + u)
 
 
 def hard_coin_poisoning(
     distribution: FiniteDistribution, sample: LabeledSample, x: int, y: int, eta: float, rng: np.random.Generator
 ) -> PoisonedSample:
-    """Lemma 12's poisoning scheme xi_y made a sample attack: the target coin's bias u = 2 i eta' (eta' = d eta) moves
-    to u - (2y - 1) eta' (against the target label); the edge biases ±(2m + 1) eta' are left alone. The shift is
-    realised by flipping labels y -> 1 - y of the target coin's examples, each with probability
-    eta' / P(y | x) (a coupling of the two Bernoullis), capped at floor(eta n) flips."""
-    d = len(distribution.points)
-    eta_coin = min(d * check_eta(eta), 1 / 16)
+    """Lemma 12's poisoning scheme xi_y made a sample attack: the target coin's inner bias u = 2 i eta' (eta' =
+    :func:`coin_budget`) moves to u - (2y - 1) eta' (against the target label); the edge biases ±(2m + 1) eta' are
+    left alone. The shift is realised by flipping labels y -> 1 - y of the target coin's examples, each with
+    probability eta' / P(y | x): a coupling, so S' ~ D_{u'}^n exactly, with about eta n / 2 flips; the cap at
+    floor(eta n) binds with probability <= exp(-eta n / 6) (Proposition 11's Chernoff bound)."""
+    eta_coin = coin_budget(len(distribution.points), eta)
     u = distribution.p_one[x] - 0.5
-    support, _ = _hard_bias_support(eta_coin)
+    support, _ = hard_bias_support(eta_coin)
     if math.isclose(abs(u), support[-1]):
         return PoisonedSample(sample, np.zeros(0, dtype=np.int64))
     p_label = 0.5 + u if y == 1 else 0.5 - u
@@ -431,6 +447,12 @@ class ERMLearner:
         return float(self.predict(sample, x))
 
 
+def summarise(second: LabeledSample) -> tuple[np.ndarray, np.ndarray, int]:
+    """S_2's distinct (location, label) pairs [2, u], their counts [u] and its size: errors are weighted sums."""
+    keys, counts = np.unique(second.xs + 1j * second.ys, return_counts=True)  # sorted by location, then label
+    return np.stack([keys.real, keys.imag]), counts.astype(np.float64), len(second)
+
+
 @dataclass(frozen=True)
 class _Draw:
     """One draw J of the randomized learner: the cover H_T, its hypotheses' error counts on S_2 and temperature."""
@@ -488,27 +510,29 @@ class RandomizedLearner:
         return math.inf if self.eta == 0 else math.sqrt(math.log(m) / self.eta)
 
     def index_sets(self, n: int) -> list[np.ndarray]:
-        """The J draws (k-subsets of the first half's positions), fixed by ``seed``."""
-        rng = np.random.default_rng(self.seed)
+        """The J draws (k-subsets of the first half's positions), fixed by ``seed``; one (all of S_1) when k = n_1,
+        since every J is then S_1."""
         k = self.subset_size(n)
+        if k == n // 2:
+            return [np.arange(k)]
+        rng = np.random.default_rng(self.seed)
         return [rng.choice(n // 2, size=k, replace=False) for _ in range(self.subsets)]
 
+    def draw(self, points: np.ndarray, second: LabeledSample | tuple[np.ndarray, np.ndarray, int]) -> _Draw:
+        """The :class:`_Draw` of the cover points ``points`` (T's locations) with its errors on S_2 = ``second``
+        (or on :func:`summarise`'s summary of it)."""
+        pairs, counts, n2 = summarise(second) if isinstance(second, LabeledSample) else second
+        cover = self.hclass.cover(points)
+        errors = (cover.values(pairs[0]) != pairs[1].astype(bool)) @ counts
+        return _Draw(cover, errors, self.temperature(len(errors)), n2)
+
     def draws(self, sample: LabeledSample) -> list[_Draw]:
-        """One :class:`_Draw` per J (one when k = n_1: every J is then all of S_1)."""
+        """One :class:`_Draw` per J."""
         n = len(sample)
         if n < 2:
             raise ValueError(f"RandomizedLearner: a sample of {n} points is too small, expected at least 2")
-        index_sets = self.index_sets(n)
-        if self.subset_size(n) == n // 2:
-            index_sets = index_sets[:1]
-        # S_2's distinct (location, label) pairs with their counts: the errors are a weighted sum over them
-        pairs, counts = np.unique(np.stack([sample.xs[n // 2 :], sample.ys[n // 2 :]]), axis=1, return_counts=True)
-        draws = []
-        for index in index_sets:
-            cover = self.hclass.cover(sample.xs[index])
-            errors = (cover.values(pairs[0]) != pairs[1].astype(bool)) @ counts.astype(np.float64)
-            draws.append(_Draw(cover, errors, self.temperature(len(errors)), n - n // 2))
-        return draws
+        second = LabeledSample(sample.xs[n // 2 :], sample.ys[n // 2 :])
+        return [self.draw(sample.xs[index], second) for index in self.index_sets(n)]
 
     def probabilities(self, sample: LabeledSample, targets: np.ndarray) -> np.ndarray:
         """p(S, x) = E_J P_{h ~ exp(-t L_{S_2})}[h(x) = 1] at every x in ``targets``."""
@@ -621,9 +645,98 @@ def erm_attack_exhaustive(
     return None
 
 
-def _probability_one(draw: _Draw, errors: np.ndarray, at_x: np.ndarray) -> np.ndarray:
-    """P_{h ~ exp(-t L)}[h(x) = 1] for error counts ``errors`` [..., m]."""
-    return draw.weights(errors) @ at_x
+Term = Callable[["_Draw", np.ndarray, np.ndarray], np.ndarray]
+
+
+def _error_probability(draw: _Draw, at_x: np.ndarray, errors: np.ndarray, y: int) -> np.ndarray:
+    """One draw's P_{h ~ exp-weights}[h(x) != y] for each row of candidate error counts ``errors`` [C, m] (``at_x``
+    [m]: its hypotheses at x); their mean over the draws is P[A_pub(S')(x) != y]."""
+    p_one = draw.weights(errors) @ at_x
+    return 1 - p_one if y == 1 else p_one
+
+
+def _candidate_positions(
+    xs: np.ndarray,
+    ys: np.ndarray,
+    x: float,
+    y: int,
+    holders: dict[int, tuple[int, ...]],
+    used: Sequence[int],
+    size: int,
+) -> tuple[list[int], list[int]]:
+    """The ``size`` S_1 positions nearest to x among those some J holds (``holders``: position -> the draws holding
+    it), and the ``size`` nearest S_2 positions: the moves worth trying (an S_1 point no J holds never reaches the
+    learner; copies of (x, 1 - y) stay)."""
+    # S_1 points at one location held by the same J draws are interchangeable: try one of each
+    signature = {(float(xs[p]), draws): p for p, draws in reversed(holders.items()) if p not in used and xs[p] != x}
+    first = sorted(signature.values())
+    second = [q for q in range(len(xs) // 2, len(xs)) if q not in used and not (xs[q] == x and ys[q] == 1 - y)]
+    return tuple(sorted(group, key=lambda p: abs(xs[p] - x))[:size] for group in (first, second))
+
+
+def _greedy_search(
+    learner: RandomizedLearner,
+    sample: LabeledSample,
+    x: float,
+    y: int,
+    budget: int,
+    index_sets: Sequence[np.ndarray],
+    candidates: int,
+    term: Term,
+    done: Callable[[float], bool],
+    first_half: bool = True,
+) -> tuple[PoisonedSample, float]:
+    """Greedy best response: replace, one point at a time, the candidate (:func:`_candidate_positions`) whose
+    replacement by (x, 1 - y) maximises the score, the mean over the draws of ``term``. An S_2 point changes each
+    draw's error counts by [h(x) = y] - [h errs on the old point]; an S_1 point changes the cover H_T of the draws
+    whose J holds it (only T's locations reach the learner, so its label is irrelevant); ``first_half=False`` tries S_2
+    points only. The search stops at a local optimum (no candidate raises the score), when the budget is spent or
+    when ``done(score)`` holds. Returns (S', its score)."""
+    n = len(sample)
+    xs, ys = sample.xs.copy(), sample.ys.copy()
+    target = np.array([x])
+    draws = [learner.draw(xs[index], LabeledSample(xs[n // 2 :], ys[n // 2 :])) for index in index_sets]
+    at_x = [d.cover.values(target)[:, 0] for d in draws]
+    terms = np.array([term(d, a, d.errors[None])[0] for d, a in zip(draws, at_x, strict=True)])
+    holders: dict[int, tuple[int, ...]] = {}
+    for j, index in enumerate(index_sets):
+        for p in index.tolist() if first_half else ():
+            holders[p] = (*holders.get(p, ()), j)
+    holders = dict(sorted(holders.items()))
+    used: list[int] = []
+    while len(used) < budget and not done(float(terms.mean())):
+        first, second = _candidate_positions(xs, ys, x, y, holders, used, candidates)
+        options: list[tuple[float, int, list[_Draw], np.ndarray]] = []  # (score, position, draws, their terms)
+        if second:
+            deltas = [
+                (a == bool(y))[:, None].astype(np.float64) - (d.cover.values(xs[second]) != ys[second].astype(bool))
+                for d, a in zip(draws, at_x, strict=True)
+            ]
+            table = np.array(
+                [term(d, a, (d.errors[:, None] + z).T) for d, a, z in zip(draws, at_x, deltas, strict=True)]
+            )
+            best = int(np.argmax(table.mean(axis=0)))
+            moved = [dataclasses.replace(d, errors=d.errors + z[:, best]) for d, z in zip(draws, deltas, strict=True)]
+            options.append((float(table[:, best].mean()), second[best], moved, table[:, best]))
+        summary = summarise(LabeledSample(xs[n // 2 :], ys[n // 2 :])) if first else None
+        for p in first:
+            points = xs.copy()
+            points[p] = x
+            moved, moved_terms = list(draws), terms.copy()
+            for j in holders[p]:
+                moved[j] = learner.draw(points[index_sets[j]], summary)
+                moved_terms[j] = term(moved[j], moved[j].cover.values(target)[:, 0], moved[j].errors[None])[0]
+            options.append((float(moved_terms.mean()), p, moved, moved_terms))
+        if not options:
+            break
+        value, position, draws_after, terms_after = max(options, key=lambda option: option[0])
+        if value <= terms.mean():
+            break
+        used.append(position)
+        xs[position], ys[position] = x, 1 - y
+        draws, terms = draws_after, terms_after
+        at_x = [d.cover.values(target)[:, 0] for d in draws]
+    return replace(sample, used, x, 1 - y), float(terms.mean())
 
 
 def randomized_attack(
@@ -635,49 +748,27 @@ def randomized_attack(
     candidates: int = 8,
     stop_at: float | None = None,
 ) -> PoisonedSample:
-    """A best-response search against the randomized learner: it replaces points of S_2 by copies of (x, 1 - y),
-    greedily, each step taking among the ``candidates`` S_2 points nearest to x (either label) the one whose
-    replacement most lowers P[predict y] (evaluated exactly on the learner's p(S', x), all its J draws). S_1 is left
-    alone: a corrupted S_1 point matters only when J draws it, which happens with probability <= k eta (Lemma 9's
-    proof). ``stop_at``: stop as soon as p(S', x) crosses this r (the adversary that sees r, see
-    :func:`seen_bits_attack`)."""
+    """A best-response search against the randomized learner A_pub: greedily replace points by copies of (x, 1 - y),
+    each step trying the ``candidates`` S_1 points nearest to x among those the J draws hold (one per location and set
+    of holding draws: a T point changes the cover H_T, the route Lemma 9's proof bounds by k eta) and the
+    ``candidates`` nearest S_2 points (either label), and taking the one that most raises P[A_pub(S')(x) != y]
+    (evaluated exactly on p(S', x), all J draws). Greedy is not monotone in its move set, so the search also runs on
+    S_2 moves alone and returns the better S'. A search, not a proof of optimality: its error is a lower bound on
+    what the best adversary in B_eta(S) achieves. ``stop_at``: stop early once p(S', x) crosses this r (the adversary
+    that sees r, :func:`seen_bits_attack`; the path is a prefix of the private one)."""
     _check_target(sample, y, budget)
-    draws = learner.draws(sample)
-    n = len(sample)
-    second = np.arange(n // 2, n)
-    pool = second[np.argsort(np.abs(sample.xs[second] - x), kind="stable")]
-    pool = [int(p) for p in pool if not (sample.xs[p] == x and sample.ys[p] == 1 - y)]
-    at_x = [d.cover.values(np.array([x]))[:, 0] for d in draws]
-    errors = [d.errors + 0.0 for d in draws]
-    chosen: list[int] = []
-    sign = -1.0 if y == 1 else 1.0  # the adversary raises P[predict 1 - y]
 
-    def crossed(p_one: float) -> bool:
-        return stop_at is not None and ((y == 1 and stop_at > p_one) or (y == 0 and stop_at <= p_one))
+    def crossed(error: float) -> bool:
+        p_one = 1 - error if y == 1 else error
+        return stop_at is not None and bool((y == 1 and stop_at > p_one) or (y == 0 and stop_at <= p_one))
 
-    current = float(np.mean([_probability_one(d, e, a) for d, e, a in zip(draws, errors, at_x, strict=True)]))
-    while len(chosen) < budget and pool and not crossed(current):
-        window = pool[:candidates]
-        deltas = [
-            (a == bool(y))[:, None].astype(np.float64)
-            - (d.cover.values(sample.xs[window]) != sample.ys[window].astype(bool))
-            for d, a in zip(draws, at_x, strict=True)
-        ]
-        scores = np.mean(
-            [
-                _probability_one(d, (e[:, None] + z).T, a)
-                for d, e, z, a in zip(draws, errors, deltas, at_x, strict=True)
-            ],
-            axis=0,
-        )
-        best = int(np.argmax(sign * scores))
-        if sign * scores[best] <= sign * current and stop_at is None:
-            break  # no replacement among the candidates helps further
-        chosen.append(window[best])
-        pool.remove(window[best])
-        errors = [e + z[:, best] for e, z in zip(errors, deltas, strict=True)]
-        current = float(scores[best])
-    return replace(sample, chosen, x, 1 - y)
+    term = functools.partial(_error_probability, y=y)
+    index_sets = learner.index_sets(len(sample))
+    searches = [
+        _greedy_search(learner, sample, x, y, budget, index_sets, candidates, term, crossed, first_half)
+        for first_half in (True, False)
+    ]
+    return max(searches, key=lambda search: search[1])[0]
 
 
 def seen_bits_attack(
@@ -685,37 +776,121 @@ def seen_bits_attack(
 ) -> tuple[PoisonedSample, bool]:
     """The adversary that sees the learner's random bit r (public randomness, Theorem 2): it searches as
     :func:`randomized_attack` and stops once p(S', x) crosses r. Returns (S', whether the prediction is wrong).
-    Because the prediction is 1 iff r <= p(S', x), it errs for exactly the r beyond the p the private search
-    reaches: seeing r buys nothing."""
+    Because the prediction is 1 iff r <= p(S', x), it errs for exactly the r beyond the p the private search reaches:
+    seeing r buys nothing."""
     poisoned = randomized_attack(learner, sample, x, y, budget, stop_at=r)
     return poisoned, learner.predict(poisoned.sample, x, r) != y
 
 
+def _naive_pick(draw: _Draw, r: float | np.ndarray) -> np.ndarray:
+    """The hypotheses of H_T that inverse-CDF sampling with the uniform(s) r picks, in the cover's own order."""
+    cumulative = np.cumsum(draw.weights(draw.errors))
+    return np.minimum(np.searchsorted(cumulative, r, side="left"), len(cumulative) - 1)
+
+
+def naive_predict(
+    learner: RandomizedLearner, sample: LabeledSample, x: float, j: int, r: float | np.ndarray
+) -> int | np.ndarray:
+    """The naive learner A_priv with its bits used directly: the ``j``-th J draw and h sampled from the exponential
+    weights by inverse CDF with the uniform r (hypotheses in the cover's enumeration order); predicts h(x) (an array
+    for an array of r). Over uniform (j, r) it has the same P[predict 1] = p(S, x) as A_pub, but with (j, r) public
+    it is not monotone in p."""
+    draw = learner.draws(sample)[j]
+    values = draw.cover.values(np.array([x]))[_naive_pick(draw, r), 0].astype(np.int64)
+    return values if isinstance(r, np.ndarray) else int(values)
+
+
+def _naive_closeness(draw: _Draw, at_x: np.ndarray, errors: np.ndarray, y: int, r: float) -> np.ndarray:
+    """Minus the distance from r to the nearest CDF interval of a hypothesis with h(x) != y, for each row of the
+    draw's candidate error counts [C, m] (0: the naive learner picks a hypothesis that errs; -1: none can)."""
+    weights = draw.weights(errors)
+    upper = np.cumsum(weights, axis=-1)
+    wrong = at_x != bool(y)
+    if not wrong.any():
+        return np.full(len(weights), -1.0)
+    return -np.maximum(0.0, np.maximum(upper - weights - r, r - upper))[:, wrong].min(axis=1)
+
+
+def naive_public_attack(
+    learner: RandomizedLearner,
+    sample: LabeledSample,
+    x: float,
+    y: int,
+    budget: int,
+    j: int,
+    r: float,
+    candidates: int = 8,
+) -> tuple[PoisonedSample, bool]:
+    """The adversary that sees the naive learner's bits (J_j, r) (:func:`naive_predict`): a greedy search over the
+    same moves as :func:`randomized_attack` (S_1 points of the seen J, which rewrite the cover, and S_2 points), each
+    step bringing r closest to the CDF interval of a hypothesis that errs at x, until the picked hypothesis errs;
+    when that search stalls, the search that raises the draw's total weight on such hypotheses is tried too.
+    Returns (S', whether the naive prediction is wrong). Theorem 2's A_pub is never worse against the best adversary
+    (its public loss equals the private loss of this learner, which is at most its public loss)."""
+    _check_target(sample, y, budget)
+    index_sets = [learner.index_sets(len(sample))[j]]
+    terms = (functools.partial(_naive_closeness, y=y, r=r), functools.partial(_error_probability, y=y))
+    for term in terms:
+        poisoned, _ = _greedy_search(learner, sample, x, y, budget, index_sets, candidates, term, lambda _: False)
+        if naive_predict(learner, poisoned.sample, x, j, r) != y:
+            return poisoned, True
+    return poisoned, False
+
+
+Bits = Sequence[tuple[int, float]]
+
+
+def stratified_bits(draws: int, pairs: int, seed: int = 0) -> list[tuple[int, float]]:
+    """``pairs`` public bits (j, r) for the naive learner: j cycles through the ``draws`` J draws, r is stratified,
+    r_i ~ U(i / pairs, (i + 1) / pairs) (the average over them estimates the expectation over (J, r) with less
+    variance than independent draws)."""
+    rng = np.random.default_rng(seed)
+    return [(i % draws, (i + float(rng.random())) / pairs) for i in range(pairs)]
+
+
 def attacked_error(
-    learner: ERMLearner | RandomizedLearner, sample: LabeledSample, x: float, y: int, eta: float
+    learner: ERMLearner | RandomizedLearner,
+    sample: LabeledSample,
+    x: float,
+    y: int,
+    eta: float,
+    bits: Bits | None = None,
 ) -> tuple[float, float]:
     """(P[A(S)(x) != y], P[A(S')(x) != y]) for the clean S and the adversary's S' with budget floor(eta n):
-    :func:`erm_attack` against ERM, :func:`randomized_attack` against the randomized learner."""
+    :func:`erm_attack` against ERM, :func:`randomized_attack` against the randomized learner A_pub; with ``bits``
+    (pairs (j, r) of public random bits) the naive learner :func:`naive_predict` against
+    :func:`naive_public_attack`, averaged over the pairs."""
     budget = budget_of(eta, len(sample))
     if isinstance(learner, ERMLearner):
         clean = float(learner.predict(sample, x) != y)
         return clean, 1.0 if clean or erm_attack(learner, sample, x, y, budget) is not None else 0.0
+    if bits is not None:
+        draws = learner.draws(sample)
+        at_x = [d.cover.values(np.array([x]))[:, 0] for d in draws]
+        before = [at_x[j][_naive_pick(draws[j], r)] != bool(y) for j, r in bits]
+        after = [naive_public_attack(learner, sample, x, y, budget, j, r)[1] for j, r in bits]
+        return float(np.mean(before)), float(np.mean(after))
     before = learner.probability(sample, x)
     after = learner.probability(randomized_attack(learner, sample, x, y, budget).sample, x)
     return (1 - before, 1 - after) if y == 1 else (before, after)
 
 
 def target_excess(
-    learner: ERMLearner | RandomizedLearner, distribution: FiniteDistribution, sample: LabeledSample, eta: float
+    learner: ERMLearner | RandomizedLearner,
+    distribution: FiniteDistribution,
+    sample: LabeledSample,
+    eta: float,
+    bits: Bits | None = None,
 ) -> tuple[float, float]:
     """(clean excess, attacked excess) on a finite domain, exact in the target (x, y) ~ D:
-    sum_{x, y} D(x, y) P[A(S^{(x,y)})(x) != y] - inf_h L_D(h), S^{(x,y)} the adversary's answer to that target."""
+    sum_{x, y} D(x, y) P[A(S^{(x,y)})(x) != y] - inf_h L_D(h), S^{(x,y)} the adversary's answer to that target
+    (``bits``: the naive learner with those public bits, see :func:`attacked_error`)."""
     best = population_loss(learner.hclass, distribution)
     clean = attacked = 0.0
     for x, weight, p_one in zip(distribution.points, distribution.weights, distribution.p_one, strict=True):
         for y, mass in ((1, weight * p_one), (0, weight * (1 - p_one))):
             if mass > 0:
-                before, after = attacked_error(learner, sample, float(x), y, eta)
+                before, after = attacked_error(learner, sample, float(x), y, eta, bits)
                 clean, attacked = clean + mass * before, attacked + mass * after
     return clean - best, attacked - best
 
