@@ -18,6 +18,12 @@ The learner (Lemma 9 with Proposition 6 and Theorem 2):
 
 The paper's bound: excess_{H, D, eta}(A, n) <= 36 sqrt(eta d log(e / (eta d))) for eta < 1 / (4 d), n >= 1 / eta.
 
+The adversaries: the exact smallest flip against ERM; a greedy best-response search against A_pub over S_1 moves
+(which rewrite the cover H_T of the J draws holding them) and S_2 moves; the adversary that sees r; and, for contrast,
+the naive learner A_priv whose bits (J, r) are public (h drawn by inverse CDF in the cover's order), with the search
+that exploits them. The lower bound (Lemmas 12-14): d coins with biases from Lemma 12's U for the per-coin budget
+d eta / 2 and its poisoning scheme realised on the sample by a coupling.
+
 Notes: docs/methods/targeted_poisoning.md
 """
 

@@ -8,7 +8,8 @@ is exact in the target (x, y) ~ D:
   best union of ``blocks`` intervals errs with probability ``noise``);
 - ``noisy_threshold``: the same with P(y = 1 | x) = 1 - ``noise`` on the right half (thresholds' agnostic case);
 - ``hard_coins``: the lower bound's fixed hard distribution (Chornomaz et al. 2025, Lemmas 12-14): ``d`` shattered
-  points, uniform marginal, biases 1/2 + u_i with u_i i.i.d. from Lemma 12's distribution for the budget ``eta``.
+  points, uniform marginal, biases 1/2 + u_i with u_i i.i.d. from Lemma 12's distribution for the per-coin budget
+  ``d * eta / 2`` (Lemma 14; needs 0 < eta < 1 / d).
 
 :class:`LabeledPointsDataModule` hands the distribution to an analysis module: its test loader yields one batch
 ``{"points": [N], "weights": [N], "p_one": [N], "name": str}`` (float64 tensors).
