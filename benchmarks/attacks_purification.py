@@ -13,8 +13,11 @@ first pairs of the largest (one seeded permutation), so every row purifies the s
 Every protected release, trained purifier (state dict) and accuracy is cached under
 ``<workdir>/purification[_quick]/<budget tag>/``; a rerun resumes. The default budget is reduced to run in about a
 quarter of an hour on a shared 2-core CPU (see ``add_arguments``: release size, purifier training steps, a small
-UNet, sampler steps, seeds); ``--purification-sampler-steps 40`` restores the released sampler and the other flags
-the paper's scale (CIFAR: 0.5K-4K pairs, 100k training steps, a 192-channel ADM UNet: a GPU's work).
+UNet, sampler steps, seeds); ``--purification-sampler-steps 40 --purification-churn 0.33`` restore the released
+sampler and the other flags the paper's scale (CIFAR: 0.5K-4K pairs, 100k training steps, a 192-channel ADM UNet: a
+GPU's work). The default churn is s = 0 (the deterministic ODE, the paper's setting for style mimicry): after our short
+training the churn's injected noise is not removed (EM, 5 % leak, 200 images: purified-vs-clean MSE 0.064 at
+s = 0.33, 0.013 at s = 0, against 0.0007 for the protected images themselves).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--purification-lr", type=float, default=1e-3, help="purifier Adam lr (released 1e-4)")
     group.add_argument("--purification-unet", default="8,16", help="UNet widths per level (released ADM: 192)")
     group.add_argument("--purification-sampler-steps", type=int, default=6, help="Heun steps (released 40)")
-    group.add_argument("--purification-churn", type=float, default=0.33, help="churn s (released 0.33 or 0.8)")
+    group.add_argument("--purification-churn", type=float, default=0.0, help="churn s (released 0.33 or 0.8)")
     group.add_argument("--purification-beta", type=float, default=0.0, help="pre-noise beta (released 0 or 0.02)")
     group.add_argument("--purification-epochs", type=int, default=5, help="classifier epochs")
 

@@ -368,7 +368,8 @@ class BridgePure(PairedUNetPurifier):
         """D(x_t, t, x_T) = c_skip x_t + c_out F([c_in x_t, x_T], c_noise)."""
         hp = self.hparams
         c_skip, c_out, c_in = (_expand(c, x_t) for c in bridge_scalings(t, hp.sigma_max, hp.sigma_data, hp.cov_xy))
-        output = (network or self.unet)(torch.cat([c_in * x_t, xT], dim=1), noise_conditioning(t)).sample
+        network = self.unet if network is None else network
+        output = network(torch.cat([c_in * x_t, xT], dim=1), noise_conditioning(t)).sample
         return c_skip * x_t + c_out * output
 
     def loss(self, x0: torch.Tensor, xT: torch.Tensor) -> torch.Tensor:
@@ -417,7 +418,8 @@ class SupervisedDenoiser(PairedUNetPurifier):
 
     def predict_clean(self, xT: torch.Tensor, network: nn.Module | None = None) -> torch.Tensor:
         """x_T + F(x_T, 0): the residual makes the identity the starting point."""
-        return xT + (network or self.unet)(xT, torch.zeros(xT.shape[0], device=xT.device)).sample
+        network = self.unet if network is None else network
+        return xT + network(xT, torch.zeros(xT.shape[0], device=xT.device)).sample
 
     def loss(self, x0: torch.Tensor, xT: torch.Tensor) -> torch.Tensor:
         return (self.predict_clean(xT) - x0).pow(2).mean()
