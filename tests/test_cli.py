@@ -82,8 +82,13 @@ def offline_stand_ins(recipe: Path, harvest: Callable[[], Path]) -> list[str]:
         attack = {"canaries": 3, "non_neighbour_budget": 2, "epochs": 1}
         overrides += [f"--model.init_args.{key}={value}" for key, value in attack.items()]
     if "subsets" in model_args:  # targeted poisoning: one class, one budget, one seed, a small sample
-        poisoning = {"classes": "[intervals]", "etas": "[0.05]", "sample_size": 60, "seeds": 1, "subsets": 2}
+        poisoning = {"classes": "[intervals]", "etas": "[0.05]", "sample_size": 60, "seeds": 1, "subsets": 2,
+                     "bit_pairs": 2}  # fmt: skip
         overrides += [f"--model.init_args.{key}={value}" for key, value in poisoning.items()]
+    if "leaked_fraction" in data_args:  # BridgePure: 64 generated 8x8 images, a tiny UNet, the random-noise control
+        leak = {"source": "generated", "num_train": 64, "num_test": 16, "protection": "{name: random_noise}"}
+        overrides += [f"--data.init_args.{key}={value}" for key, value in leak.items()]
+        overrides += ["--model.init_args.image_size=8", "--model.init_args.block_out_channels=[8,16]"]
     if "encoder" in data_args:  # concept surrogates: embed the items of 10 authors, not 100
         overrides.append("--data.init_args.num_authors=10")
     if data_args.get("source") == "secret-keeper":

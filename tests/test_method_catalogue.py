@@ -25,6 +25,7 @@ PAGE_NAMES = {
     "BatchTopKSAE": "batch_topk_sae",
     "JumpReLUSAE": "jumprelu_sae",
     "TopERClassifier": "toper_classifier",
+    "BridgePure": "bridgepure",
 }
 
 

@@ -176,8 +176,13 @@ def _register_all() -> None:
             "data": {"FMRIDecodingDataModule": "trustlit.data.fmri"},
         },
         "attacks": {
+            "method": {"BridgePure": "trustlit.attacks.purification"},
+            "model": {"SupervisedDenoiser": "trustlit.attacks.purification"},
             "analysis": {"TargetedPoisoning": "trustlit.attacks.poisoning_analysis"},
-            "data": {"LabeledPointsDataModule": "trustlit.data.labeled_points"},
+            "data": {
+                "LabeledPointsDataModule": "trustlit.data.labeled_points",
+                "LeakedPairsDataModule": "trustlit.data.leaked_pairs",
+            },
         },
         "safety": {
             "method": {

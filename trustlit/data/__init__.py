@@ -16,6 +16,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "trustlit.data.forget_retain": ["ForgetRetainDataModule"],
         "trustlit.data.graphs": ["GraphDataModule", "generated_graphs", "graph_collection", "load_tu_dataset"],
         "trustlit.data.hierarchy": ["HierarchicalFeaturesDataModule"],
+        "trustlit.data.labeled_points": ["LabeledPointsDataModule"],
+        "trustlit.data.leaked_pairs": ["LeakedPairs", "LeakedPairsDataModule"],
         "trustlit.data.mcqa": ["MCQADataModule"],
         "trustlit.data.planted": ["PlantedAssociationDataModule"],
         "trustlit.data.qa": ["FictitiousConfig", "QADataModule", "load_qa_split"],
