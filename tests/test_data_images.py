@@ -154,6 +154,14 @@ def test_datamodule_batches_and_clean_test_split() -> None:
     difference = protected.splits["train"].tensors[0] - data.splits["train"].tensors[0]
     assert 0 < difference.abs().max() <= 8 / 255 + 1e-6
     assert torch.equal(protected.splits["test"].tensors[0], data.splits["test"].tensors[0])
+    # test alone skips the protection; a later fit protects the release
+    later = ImageClassificationDataModule(
+        source="generated", num_train=100, num_test=40, val_fraction=0.2, protection={"name": "random_noise"}
+    )
+    later.setup("test")
+    assert torch.equal(later.splits["train"].tensors[0], data.splits["train"].tensors[0])
+    later.setup("fit")
+    assert torch.equal(later.splits["train"].tensors[0], protected.splits["train"].tensors[0])
 
 
 def test_datamodule_bad_arguments() -> None:

@@ -118,7 +118,8 @@ def fit_classifier(
     num_classes: int | None = None,
 ) -> nn.Module:
     """Train a fresh classifier with Adam on cross-entropy for ``epochs`` passes over ``(images, labels)`` in a
-    seeded order (no augmentation); returned in eval mode. ``num_classes`` defaults to ``max(labels) + 1``."""
+    seeded order (no augmentation), on the images' device; returned in eval mode. ``num_classes`` defaults to
+    ``max(labels) + 1``."""
     check_images(images, "images")
     check_labels(images, labels)
     if epochs < 1 or batch_size < 1 or lr <= 0:
@@ -127,6 +128,7 @@ def fit_classifier(
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = build_classifier(architecture, images.shape[1], num_classes or int(labels.max()) + 1, width)
+    model.to(images.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     model.train()
     for _ in range(epochs):

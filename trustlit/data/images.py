@@ -217,7 +217,7 @@ class ImageClassificationDataModule(L.LightningDataModule):
         batch_size: batch size of every loader.
         protection: None, or ``{"name": <a trustlit.protection.availability.PROTECTIONS key>, **arguments}``: the
             protection is fitted on the training release (train and validation) and applied to it; the test split
-            stays clean.
+            stays clean (``setup("test")`` skips the protection: it serves only the test split).
         seed: seeds subsets, splits, the protection and the training order.
     """
 
@@ -249,6 +249,7 @@ class ImageClassificationDataModule(L.LightningDataModule):
             )
         self.save_hyperparameters()
         self.splits: dict[str, TensorDataset] = {}
+        self.release_protected = False
 
     def load(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The training release and the test split of the source, before subsetting."""
@@ -278,13 +279,15 @@ class ImageClassificationDataModule(L.LightningDataModule):
         return int(self.splits["train"].tensors[1].max()) + 1
 
     def setup(self, stage: str | None = None) -> None:
-        if self.splits:
+        # test and predict read only the clean test split: they skip the protection's (possibly long) fit
+        protect = self.hparams.protection is not None and stage not in ("test", "predict")
+        if self.splits and (self.release_protected or not protect):
             return
         seed = self.hparams.seed
         train_images, train_labels, test_images, test_labels = self.load()
         train_images, train_labels = seeded_subset(train_images, train_labels, self.hparams.num_train, seed)
         test_images, test_labels = seeded_subset(test_images, test_labels, self.hparams.num_test, seed + 1)
-        if self.hparams.protection is not None:
+        if protect:
             from trustlit.protection.availability import build_protection
 
             arguments = {key: value for key, value in self.hparams.protection.items() if key != "name"}
@@ -293,6 +296,7 @@ class ImageClassificationDataModule(L.LightningDataModule):
         order = torch.randperm(len(train_labels), generator=torch.Generator().manual_seed(seed))
         val = order[: round(self.hparams.val_fraction * len(order))]
         train = order[len(val) :]
+        self.release_protected = protect
         self.splits = {
             "train": TensorDataset(train_images[train], train_labels[train]),
             "val": TensorDataset(train_images[val], train_labels[val]),

@@ -3,7 +3,8 @@ trained on it fail on clean test data, by planting a shortcut easier to learn th
 
 Each protection is a :class:`Protection`: ``fit(images, labels)`` (the protector's search on the data to release;
 a no-op for the random control) then ``protect(images, labels)``, images ``[N, C, H, W]`` in [0, 1] in and out.
-``protect`` on an unfitted protection fits it on the batch first.
+``protect`` on an unfitted protection fits it on the batch first. Images may live on any device (the random
+draws are made on the CPU from the protection's seeded generator; the EM surrogate trains where the images are).
 
 - :class:`ErrorMinimizingNoise` — Huang, Ma, Erfani, Bailey, Wang, "Unlearnable Examples: Making Personal Data
   Unexploitable", ICLR 2021 (code HanxunH/Unlearnable-Examples), sample-wise min-min noise:
@@ -125,7 +126,7 @@ class RandomNoise(Protection):
 
     def perturb(self, images: Tensor, labels: Tensor) -> Tensor:
         noise = torch.rand(images.shape, generator=self.generator) * 2 - 1
-        return images + self.epsilon * noise
+        return images + self.epsilon * noise.to(images.device)
 
 
 def min_min_step(model: torch.nn.Module, images: Tensor, labels: Tensor, delta: Tensor, step_size: float) -> Tensor:
@@ -208,6 +209,7 @@ class ErrorMinimizingNoise(Protection):
         with torch.random.fork_rng():
             torch.manual_seed(self.seed)
             self.model = build_classifier(self.architecture, images.shape[1], self.num_classes, self.width)
+        self.model.to(images.device)
         optimizer = torch.optim.SGD(self.model.parameters(), self.lr, momentum=0.9, weight_decay=self.weight_decay)
         self.images, self.noise = images, torch.zeros_like(images)
         cursor, self.rounds = 0, 0
@@ -285,8 +287,9 @@ class OnePixelShortcut(Protection):
 
     def perturb(self, images: Tensor, labels: Tensor) -> Tensor:
         protected = images.clone()
+        labels = labels.cpu()
         rows, columns = self.positions[labels, 0], self.positions[labels, 1]
-        protected[torch.arange(len(labels)), :, rows, columns] = self.colours[labels]
+        protected[torch.arange(len(labels)), :, rows, columns] = self.colours[labels].to(images.device)
         return protected
 
 
@@ -349,7 +352,7 @@ class LinearSeparablePerturbation(Protection):
         return patches * (self.epsilon * (channels * height * width) ** 0.5 / norms)[:, None, None, None]
 
     def perturb(self, images: Tensor, labels: Tensor) -> Tensor:
-        return images + self.noise(labels)
+        return images + self.noise(labels.cpu()).to(images.device)
 
 
 def random_ar_coefficients(channels: int, generator: torch.Generator) -> Tensor:
@@ -458,12 +461,13 @@ class AutoregressivePerturbation(Protection):
         )
 
     def perturb(self, images: Tensor, labels: Tensor) -> Tensor:
-        delta = torch.empty_like(images)
+        delta = torch.empty(images.shape)
+        labels = labels.cpu()
         for label in labels.unique().tolist():
             members = labels == label
             signal = ar_generate(self.coefficients[label], int(members.sum()), self.signal_size(), self.generator)
             delta[members] = self.scaled(signal)
-        return images + delta
+        return images + delta.to(images.device)
 
 
 PROTECTIONS: dict[str, type[Protection]] = {
