@@ -89,6 +89,17 @@ def offline_stand_ins(recipe: Path, harvest: Callable[[], Path]) -> list[str]:
         leak = {"source": "generated", "num_train": 64, "num_test": 16, "protection": "{name: random_noise}"}
         overrides += [f"--data.init_args.{key}={value}" for key, value in leak.items()]
         overrides += ["--model.init_args.image_size=8", "--model.init_args.block_out_channels=[8,16]"]
+    if "attack_rounds" in model_args:  # DEGauss: a tiny scene and editor, two steps of everything
+        tiny = {"steps": 2, "views_per_step": 2, "photoguard_steps": 2, "attack_rounds": 1, "attack_fit_steps": 2,
+                "editor_pairs": 8, "editor_epochs": 1, "editor_encoder": "structured"}  # fmt: skip
+        overrides += [f"--model.init_args.{key}={value}" for key, value in tiny.items()]
+        overrides += ["--data.init_args.views=4", "--data.init_args.image_size=16"]
+    if "instruction_encoder" in data_args:  # the stand-in editor: 8 pairs, structured instructions instead of MiniLM
+        overrides += ["--data.init_args.pairs=8", "--data.init_args.val_pairs=4"]
+        overrides += ["--data.init_args.instruction_encoder=structured", "--model.init_args.encoder=structured"]
+    if data_args.get("protection") and "leaked_fraction" not in data_args:  # availability: tiny release, one EM round
+        overrides += ["--data.init_args.num_train=64", "--data.init_args.num_test=32"]
+        overrides.append('--data.init_args.protection={"name": "error_minimizing", "max_rounds": 1, "width": 4}')
     if "encoder" in data_args:  # concept surrogates: embed the items of 10 authors, not 100
         overrides.append("--data.init_args.num_authors=10")
     if data_args.get("source") == "secret-keeper":

@@ -26,6 +26,7 @@ PAGE_NAMES = {
     "JumpReLUSAE": "jumprelu_sae",
     "TopERClassifier": "toper_classifier",
     "BridgePure": "bridgepure",
+    "GaussianSceneFit": "gaussian_splatting",
 }
 
 

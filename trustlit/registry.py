@@ -184,6 +184,20 @@ def _register_all() -> None:
                 "LeakedPairsDataModule": "trustlit.data.leaked_pairs",
             },
         },
+        "protection": {
+            "method": {"GaussianSceneFit": "trustlit.protection.scenes"},
+            "model": {
+                "InstructionEditor": "trustlit.protection.editor",
+                "ImageClassifier": "trustlit.image_classifiers",
+            },
+            "analysis": {"DEGaussDefense": "trustlit.protection.degauss"},
+            "data": {
+                "ProceduralSceneDataModule": "trustlit.protection.scenes",
+                "SceneViewsDataModule": "trustlit.protection.scenes",
+                "EditPairsDataModule": "trustlit.protection.editor",
+                "ImageClassificationDataModule": "trustlit.data.images",
+            },
+        },
         "safety": {
             "method": {
                 "SFT": "trustlit.safety.baselines",

