@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from trustlit.protection.splatting import Camera, Gaussians, camera_ring, look_at, render
+from trustlit.protection.splatting import Camera, Gaussians, camera_ring, footprint_pairs, look_at, project, render
 
 
 def random_gaussians(count: int, seed: int, dtype: torch.dtype = torch.float64) -> Gaussians:
@@ -92,12 +92,13 @@ def test_single_gaussian_matches_the_closed_form():
     assert image[:, 0, 0] == pytest.approx([0.0, 0.0, 1.0], abs=1e-6)
 
 
-def test_renderer_matches_a_brute_force_compositor():
+@pytest.mark.parametrize("method", ["culled", "dense"])
+def test_renderer_matches_a_brute_force_compositor(method):
     gaussians = random_gaussians(6, seed=1)
     camera = front_camera()
     background = torch.tensor([0.2, 0.1, 0.3], dtype=torch.float64)
     expected = brute_force(gaussians, camera, 8, background)
-    assert torch.allclose(render(gaussians, camera, 8, background=background), expected, atol=1e-9)
+    assert torch.allclose(render(gaussians, camera, 8, background=background, method=method), expected, atol=1e-9)
     assert expected.std() > 0.05  # the Gaussians really cover the image
 
 
@@ -109,10 +110,74 @@ def test_gradients_match_finite_differences():
     camera = front_camera()
 
     def image(*tensors: torch.Tensor) -> torch.Tensor:
-        return render(Gaussians(*tensors), camera, 6, alpha_min=0.0)
+        return render(Gaussians(*tensors), camera, 6, alpha_min=0.0, method="dense")
 
     inputs = tuple(t.clone().requires_grad_(True) for t in base.tensors().values())
     assert torch.autograd.gradcheck(image, inputs, eps=1e-6, atol=1e-5)
+
+
+def test_culled_gradients_match_finite_differences():
+    """gradcheck of the culled path at the released cut 1/255 (float64; no pixel's alpha lies within the probe's
+    reach of the cut, so the image is smooth there; depths far apart as above)."""
+    base = random_gaussians(3, seed=2)
+    base.means[:, 1] = torch.tensor([-0.5, 0.0, 0.5], dtype=torch.float64)
+    camera = front_camera()
+
+    def image(*tensors: torch.Tensor) -> torch.Tensor:
+        return render(Gaussians(*tensors), camera, 6, background=torch.full((3,), 0.3, dtype=torch.float64))
+
+    inputs = tuple(t.clone().requires_grad_(True) for t in base.tensors().values())
+    assert torch.autograd.gradcheck(image, inputs, eps=1e-6, atol=1e-5)
+
+
+def anisotropic_scene(count: int, seed: int) -> Gaussians:
+    """Random Gaussians with scales spread over a factor ~20 per axis and opacities from 0.002 to 0.999, some
+    partly outside the frame: the footprints are thin, wide, tiny and clipped."""
+    gaussians = random_gaussians(count, seed)
+    generator = torch.Generator().manual_seed(seed + 100)
+    gaussians.means[:] = 0.8 * torch.randn(count, 3, generator=generator, dtype=torch.float64)
+    gaussians.log_scales[:] = -2.5 + 1.0 * torch.randn(count, 3, generator=generator, dtype=torch.float64)
+    gaussians.opacity_logits[:] = torch.empty(count, dtype=torch.float64).uniform_(-6, 7, generator=generator)
+    return gaussians
+
+
+@pytest.mark.parametrize(("seed", "size"), [(11, 16), (12, (12, 20)), (13, 9)])
+def test_culled_agrees_with_dense(seed, size):
+    """Footprint culling changes no pixel: culled and dense images (and gradients) agree on random scenes."""
+    gaussians, camera = anisotropic_scene(60, seed), front_camera()
+    background = torch.tensor([0.3, 0.6, 0.1], dtype=torch.float64)
+    images = {}
+    for method in ("culled", "dense"):
+        tensors = gaussians.detach()
+        for value in tensors.tensors().values():
+            value.requires_grad_(True)
+        image = render(tensors, camera, size, background=background, method=method)
+        (image * torch.linspace(0, 1, image.numel(), dtype=image.dtype).reshape(image.shape)).sum().backward()
+        images[method] = (image, [value.grad for value in tensors.tensors().values()])
+    (culled, culled_grads), (dense, dense_grads) = images["culled"], images["dense"]
+    assert torch.allclose(culled, dense, atol=1e-10) and dense.std() > 0.05
+    for a, b in zip(culled_grads, dense_grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-8)
+
+
+def test_footprints_hold_every_visible_pair_and_few_others():
+    """Every (Gaussian, pixel) with alpha >= 1/255 is a pair (the box holds the cut ellipse), each at most once,
+    in front-to-back order within a pixel; the boxes hold under half of all M x H x W pairs."""
+    gaussians, camera, size = anisotropic_scene(80, seed=14), front_camera(), 24
+    projected = project(gaussians, camera, size, size)
+    order = torch.argsort(projected["depths"])
+    sorted_projection = {key: projected[key][order] for key in ("means2d", "conics", "screen")}
+    sorted_projection["opacities"] = gaussians.opacities[projected["kept"][order]]
+    gaussian, pixel = footprint_pairs(sorted_projection, size, size, 1 / 255)
+    rows, columns = torch.meshgrid(torch.arange(size) + 0.5, torch.arange(size) + 0.5, indexing="ij")
+    d = torch.stack([columns, rows], -1).reshape(1, -1, 2) - sorted_projection["means2d"][:, None]
+    quadratic = torch.einsum("mpi,mij,mpj->mp", d, sorted_projection["conics"], d)
+    visible = sorted_projection["opacities"][:, None] * torch.exp(-0.5 * quadratic) >= 1 / 255
+    pairs = torch.zeros_like(visible, dtype=torch.long).index_put_((gaussian, pixel), torch.tensor(1), accumulate=True)
+    assert pairs.max() == 1 and not (visible & (pairs == 0)).any() and visible.sum() > 100
+    assert len(pixel) < 0.5 * visible.numel()
+    same_pixel = pixel[1:] == pixel[:-1]
+    assert (pixel[1:] >= pixel[:-1]).all() and (gaussian[1:][same_pixel] > gaussian[:-1][same_pixel]).all()
 
 
 def test_depth_order_decides_occlusion():
@@ -179,6 +244,12 @@ def test_bad_render_arguments_are_refused():
         render(gaussians, camera, 0)
     with pytest.raises(ValueError, match="backend='cuda' is invalid"):
         render(gaussians, camera, 4, backend="cuda")
+    with pytest.raises(ValueError, match=r"method='tiles' is invalid, expected one of \['culled', 'dense'\]"):
+        render(gaussians, camera, 4, method="tiles")
+    with pytest.raises(ValueError, match=r"alpha_min=0\.0 is invalid for method='culled', expected 0 < alpha_min"):
+        render(gaussians, camera, 4, alpha_min=0.0)
+    with pytest.raises(ValueError, match=r"alpha_min=1\.5 is invalid for method='dense'"):
+        render(gaussians, camera, 4, alpha_min=1.5, method="dense")
     with pytest.raises(ValueError, match=r"fov_x=4\.0 is invalid"):
         Camera(torch.eye(4), 4.0)
 

@@ -13,9 +13,15 @@ screen covariance follows the EWA local-affine approximation:
     α_i(u) = min(0.99, o_i exp(-½ dᵀ Σ'_i⁻¹ d))   (set to 0 below 1/255, as released)
     C(u) = Σ_i c_i α_i Π_{j<i} (1 - α_j) + Π_j (1 - α_j) · background,
 
-the Gaussians taken front to back by camera depth z. This renderer composites every Gaussian at every pixel
-(tile-free, no early stop once transmittance is spent): exact, simple, and differentiable by autograd through
-the sort's permutation; memory is O(N · H · W).
+the Gaussians taken front to back by camera depth z. The default compositor culls as the released rasterizer
+does: each Gaussian touches only the pixels of its footprint, the bounding box of the ellipse where
+o_i exp(-½ q) >= 1/255, so it changes no pixel; on the packed (Gaussian, pixel) pairs sorted by (pixel, depth),
+
+    T_i(u) = exp(Σ_{j<i, j covers u} log(1 - α_j(u)))   (a segmented exclusive cumulative sum)
+
+and the colours are scatter-added; time and memory O(pairs). ``method="dense"`` composites every Gaussian at
+every pixel ([N, H·W], a cumulative product over depth): the reference. Both are tile-free with no early stop
+once transmittance is spent, and differentiable by autograd through the sort's permutation.
 
 Notes: docs/methods/gaussian_splatting.md
 """
@@ -184,8 +190,8 @@ def image_shape(image_size: int | tuple[int, int]) -> tuple[int, int]:
 
 
 def project(gaussians: Gaussians, camera: Camera, height: int, width: int) -> dict[str, torch.Tensor]:
-    """Screen means [M, 2], inverse screen covariances (conics) [M, 2, 2] and depths [M] of the M Gaussians in
-    front of the near plane, with their indices ``kept`` [M] (EWA projection, module docstring)."""
+    """Screen means [M, 2], screen covariances Σ' [M, 2, 2], their inverses (conics) and depths [M] of the M
+    Gaussians in front of the near plane, with their indices ``kept`` [M] (EWA projection, module docstring)."""
     fx, fy, cx, cy = camera.intrinsics(height, width)
     w2c = camera.world_to_camera.to(gaussians.means)
     rotation, translation = w2c[:3, :3], w2c[:3, 3]
@@ -200,7 +206,7 @@ def project(gaussians: Gaussians, camera: Camera, height: int, width: int) -> di
     screen = transform @ covariances(gaussians)[kept] @ transform.transpose(-1, -2)
     screen = screen + DILATION * torch.eye(2, dtype=screen.dtype)
     means2d = torch.stack([fx * x / z + cx, fy * y / z + cy], dim=-1)
-    return {"means2d": means2d, "conics": torch.linalg.inv(screen), "depths": z, "kept": kept}
+    return {"means2d": means2d, "conics": torch.linalg.inv(screen), "screen": screen, "depths": z, "kept": kept}
 
 
 def screen_quadratic(means2d: torch.Tensor, conics: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -229,12 +235,20 @@ def render(
     *,
     background: torch.Tensor | None = None,
     alpha_min: float = ALPHA_MIN,
+    method: str = "culled",
     backend: str = "torch",
 ) -> torch.Tensor:
     """The image [3, H, W] of ``gaussians`` seen by ``camera`` (module docstring), differentiable in every
     attribute. ``background``: RGB [3] (black by default). ``alpha_min``: the released cut (0 makes the image a
-    smooth function of the attributes). ``backend="gsplat"`` uses gsplat's CUDA rasterizer when it imports."""
+    smooth function of the attributes; needs ``method="dense"``). ``method``: "culled" composites each Gaussian
+    only inside its footprint (:func:`composite_culled`), "dense" at every pixel (:func:`composite_dense`, the
+    reference); both give the same image. ``backend="gsplat"`` uses gsplat's CUDA rasterizer when it imports."""
     height, width = image_shape(image_size)
+    if method not in COMPOSITORS:
+        raise ValueError(f"method={method!r} is invalid, expected one of {sorted(COMPOSITORS)}")
+    if not 0.0 <= float(alpha_min) < ALPHA_MAX or (method == "culled" and alpha_min == 0):
+        low = "0 < alpha_min" if method == "culled" else "0 <= alpha_min"
+        raise ValueError(f"alpha_min={alpha_min!r} is invalid for method={method!r}, expected {low} < {ALPHA_MAX}")
     if background is None:
         background = torch.zeros(3, dtype=gaussians.means.dtype, device=gaussians.means.device)
     if backend == "gsplat":
@@ -246,13 +260,88 @@ def render(
         return background[:, None, None].expand(3, height, width).clone()
     order = torch.argsort(projected["depths"])
     kept = projected["kept"][order]
-    quadratic = screen_quadratic(projected["means2d"][order], projected["conics"][order], height, width)
-    alpha = torch.clamp(gaussians.opacities[kept][:, None] * torch.exp(-0.5 * quadratic), max=ALPHA_MAX)
+    front_to_back = {
+        "means2d": projected["means2d"][order],
+        "conics": projected["conics"][order],
+        "screen": projected["screen"][order],
+        "opacities": gaussians.opacities[kept],
+        "colours": gaussians.colours[kept],
+    }
+    pixels = COMPOSITORS[method](front_to_back, height, width, alpha_min, background)
+    return pixels.T.reshape(3, height, width)
+
+
+def composite_dense(
+    projected: dict[str, torch.Tensor], height: int, width: int, alpha_min: float, background: torch.Tensor
+) -> torch.Tensor:
+    """Pixels [H * W, 3] of the depth-sorted Gaussians composited at every pixel ([M, H * W] tensors)."""
+    quadratic = screen_quadratic(projected["means2d"], projected["conics"], height, width)
+    alpha = torch.clamp(projected["opacities"][:, None] * torch.exp(-0.5 * quadratic), max=ALPHA_MAX)
     alpha = torch.where(alpha >= alpha_min, alpha, torch.zeros_like(alpha))
     transmittance = torch.cumprod(1 - alpha, dim=0)
     before = torch.cat([torch.ones_like(transmittance[:1]), transmittance[:-1]])
-    pixels = (alpha * before).T @ gaussians.colours[kept] + transmittance[-1:].T * background
-    return pixels.T.reshape(3, height, width)
+    return (alpha * before).T @ projected["colours"] + transmittance[-1:].T * background
+
+
+def footprint_pairs(
+    projected: dict[str, torch.Tensor], height: int, width: int, alpha_min: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Gaussian, pixel) index pairs [P] of every pixel whose centre lies in a Gaussian's footprint, sorted by
+    pixel and, within a pixel, front to back. The footprint is the bounding box of the ellipse where
+    o exp(-½ q) >= alpha_min, i.e. q <= q* = 2 ln(o / alpha_min): |u - π(p)| <= sqrt(q* Σ'_xx), |v - π(p)_y| <=
+    sqrt(q* Σ'_yy). No pixel outside it has α >= alpha_min, so culling changes no pixel."""
+    with torch.no_grad():
+        level = 2 * torch.log(projected["opacities"] / alpha_min)
+        reach = torch.sqrt(level.clamp(min=0)[:, None] * torch.diagonal(projected["screen"], dim1=-2, dim2=-1))
+        centre = projected["means2d"] - 0.5  # pixel (i, j) has its centre at (j + 0.5, i + 0.5)
+        limit = torch.tensor([width - 1, height - 1], device=centre.device)
+        low = torch.ceil(centre - reach - 1e-3).clamp(min=0).long()
+        high = torch.minimum(torch.floor(centre + reach + 1e-3).long(), limit)
+        extent = (high - low + 1).clamp(min=0) * (level > 0)[:, None]
+        counts = extent[:, 0] * extent[:, 1]
+        gaussian = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
+        offset = torch.arange(len(gaussian), device=counts.device) - (torch.cumsum(counts, 0) - counts)[gaussian]
+        columns = low[gaussian, 0] + offset % extent[gaussian, 0]
+        rows = low[gaussian, 1] + torch.div(offset, extent[gaussian, 0], rounding_mode="floor")
+        pixel, order = torch.sort(rows * width + columns, stable=True)  # stable: keeps the depth order
+    return gaussian[order], pixel
+
+
+def composite_culled(
+    projected: dict[str, torch.Tensor], height: int, width: int, alpha_min: float, background: torch.Tensor
+) -> torch.Tensor:
+    """Pixels [H * W, 3] composited over the footprint pairs only (as the released rasterizer culls): per pair
+    α = min(0.99, o exp(-½ dᵀ Σ'⁻¹ d)), then the exclusive transmittance T = exp(Σ_{earlier pairs of the pixel}
+    log(1 - α)) as a segmented cumulative sum (float64, so long pixel runs do not cancel) and C = Σ c α T + T_end b
+    by scatter-add."""
+    gaussian, pixel = footprint_pairs(projected, height, width, alpha_min)
+    conics = projected["conics"]
+    per_gaussian = torch.cat(
+        [
+            projected["means2d"],
+            torch.stack([conics[:, 0, 0], 0.5 * (conics[:, 0, 1] + conics[:, 1, 0]), conics[:, 1, 1]], -1),
+            projected["opacities"][:, None],
+            projected["colours"],
+        ],
+        dim=-1,
+    )[gaussian]
+    mx, my, a, b, c, opacity = per_gaussian[:, :6].unbind(-1)
+    dx = (pixel % width).to(mx) + 0.5 - mx
+    dy = torch.div(pixel, width, rounding_mode="floor").to(my) + 0.5 - my
+    alpha = torch.clamp(opacity * torch.exp(-0.5 * (a * dx * dx + 2 * b * dx * dy + c * dy * dy)), max=ALPHA_MAX)
+    alpha = torch.where(alpha >= alpha_min, alpha, torch.zeros_like(alpha))
+    log_clear = torch.log1p(-alpha).double()
+    running = torch.cumsum(log_clear, 0) - log_clear  # exclusive over all pairs; minus each pixel's first entry
+    pairs_per_pixel = torch.bincount(pixel, minlength=height * width)
+    first = (torch.cumsum(pairs_per_pixel, 0) - pairs_per_pixel)[pixel]
+    before = torch.exp(running - running[first]).to(alpha)
+    pixels = torch.zeros(height * width, 3, dtype=alpha.dtype, device=alpha.device)
+    pixels = pixels.index_add(0, pixel, (alpha * before)[:, None] * per_gaussian[:, 6:])
+    clear = torch.zeros(height * width, dtype=log_clear.dtype, device=alpha.device).index_add(0, pixel, log_clear)
+    return pixels + torch.exp(clear).to(alpha)[:, None] * background
+
+
+COMPOSITORS = {"culled": composite_culled, "dense": composite_dense}
 
 
 def render_gsplat(
