@@ -100,6 +100,9 @@ def offline_stand_ins(recipe: Path, harvest: Callable[[], Path]) -> list[str]:
     if data_args.get("protection") and "leaked_fraction" not in data_args:  # availability: tiny release, one EM round
         overrides += ["--data.init_args.num_train=64", "--data.init_args.num_test=32"]
         overrides.append('--data.init_args.protection={"name": "error_minimizing", "max_rounds": 1, "width": 4}')
+    if "sources" in data_args:  # StegoZip: a few messages, the shared TOFU copy for the hub id
+        overrides += [f"--data.init_args.sources=[fictitious,{SHARED_DATA / 'tofu'}]"]
+        overrides.append("--data.init_args.max_messages=4")
     if "encoder" in data_args:  # concept surrogates: embed the items of 10 authors, not 100
         overrides.append("--data.init_args.num_authors=10")
     if data_args.get("source") == "secret-keeper":

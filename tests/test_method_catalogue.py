@@ -27,6 +27,7 @@ PAGE_NAMES = {
     "TopERClassifier": "toper_classifier",
     "BridgePure": "bridgepure",
     "GaussianSceneFit": "gaussian_splatting",
+    "StegoZipRestorer": "stegozip",
 }
 
 

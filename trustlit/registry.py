@@ -198,6 +198,10 @@ def _register_all() -> None:
                 "ImageClassificationDataModule": "trustlit.data.images",
             },
         },
+        "stego": {
+            "method": {"StegoZipRestorer": "trustlit.stego.stegozip"},
+            "data": {"StegoMessageDataModule": "trustlit.data.stego_messages"},
+        },
         "safety": {
             "method": {
                 "SFT": "trustlit.safety.baselines",

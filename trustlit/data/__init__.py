@@ -2,8 +2,8 @@
 harvested activations, synthetic hierarchical features, multiple-choice QA, planted associations, irregular time
 series (the rare-feature task, survival::pbcseq), samples of a discrete distribution, contact networks, embeddings with
 concept annotations, graph classification sets (TU format or generated), fMRI decoding sets (NSD or simulated),
-labelled points for targeted poisoning, image classification sets (Fashion-MNIST, MNIST, folders, CIFAR files) and
-leaked (protected, clean) image pairs."""
+labelled points for targeted poisoning, image classification sets (Fashion-MNIST, MNIST, folders, CIFAR files),
+leaked (protected, clean) image pairs, and (pruned, original) messages for StegoZip's restorer."""
 
 from trustlit.lazy import lazy_exports
 
@@ -26,6 +26,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "trustlit.data.qa": ["FictitiousConfig", "QADataModule", "load_qa_split"],
         "trustlit.data.safety": ["HarmfulFineTuningDataModule", "load_beavertails"],
         "trustlit.data.secret_keeper": ["CODE_PATTERN", "secret_keeper_splits"],
+        "trustlit.data.stego_messages": ["StegoMessageDataModule"],
         "trustlit.data.tabular": ["TabularDataModule"],
         "trustlit.data.timeseries": ["IrregularTimeSeriesDataModule", "check_observations", "collate_observations"],
         "trustlit.fictitious": ["fictitious_qa", "fictitious_split", "generate_authors"],

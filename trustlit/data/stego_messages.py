@@ -1,9 +1,9 @@
 """Secret messages for StegoZip, and the (pruned, original) pairs its restorer is fine-tuned on.
 
-Messages are TOFU answers (a directory in TOFU's layout, ``full.json``; 20 answers per fictitious author) and the
-fictitious-facts sentences of :mod:`trustlit.fictitious` (source ``fictitious``). Whole authors are held out
-(:func:`trustlit.data.concepts.held_out_groups`): split ``train`` holds the restorer's public data D, split
-``test`` the secret messages, from authors the restorer never saw.
+Messages are TOFU answers (a directory in TOFU's layout with ``full.json``, or the hub id ``locuslab/TOFU``; 20
+answers per fictitious author) and the fictitious-facts sentences of :mod:`trustlit.fictitious` (source
+``fictitious``). Whole authors are held out (:func:`trustlit.data.concepts.held_out_groups`): split ``train`` holds
+the restorer's public data D, split ``test`` the secret messages, from authors the restorer never saw.
 
 A pair is the restorer's prompt (StegoZip's instruction and the message pruned at quantile alpha, no adaptation,
 as the released code builds its training set) and its target (the message with each pruned word bracketed); a
@@ -21,10 +21,11 @@ import numpy as np
 from torch import nn
 
 from trustlit.data.concepts import held_out_groups
-from trustlit.data.qa import FICTITIOUS, QADataModule, QARecords, read_jsonl
+from trustlit.data.qa import FICTITIOUS, QADataModule, QARecords, load_qa_split
 from trustlit.fictitious import fictitious_qa
 from trustlit.hparams import NonNegativeInt, PositiveInt, check_arguments
 from trustlit.llm.prompts import PromptFormat
+from trustlit.paths import is_hub_id
 
 SPLITS = ("train", "test")
 TOFU_ANSWERS_PER_AUTHOR = 20
@@ -34,10 +35,7 @@ def source_messages(source: str, num_authors: int = 20, seed: int = 0) -> list[t
     """(message, author) pairs of one source: ``fictitious`` (``num_authors`` generated authors) or a TOFU dir."""
     if source == FICTITIOUS:
         return [(r["answer"], f"fictitious-{r['author_id']}") for r in fictitious_qa(num_authors, seed)]
-    path = Path(source).expanduser() / "full.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"source={source!r}: expected 'fictitious' or a TOFU directory with {path.name}")
-    records = read_jsonl(path)
+    records = load_qa_split(source, "full")  # a TOFU directory or the hub id locuslab/TOFU
     return [(r["answer"], f"tofu-{i // TOFU_ANSWERS_PER_AUTHOR}") for i, r in enumerate(records)]
 
 
@@ -106,8 +104,13 @@ class StegoMessageDataModule(QADataModule):
 
     def validate_source(self, source: str) -> None:
         for name in getattr(self, "sources", [source]):
-            if name != FICTITIOUS and not (Path(name).expanduser() / "full.json").is_file():
-                raise FileNotFoundError(f"sources: {name!r} is neither 'fictitious' nor a TOFU directory (full.json)")
+            directory = Path(name).expanduser()
+            hub = not directory.exists() and is_hub_id(name)
+            if name == FICTITIOUS or (directory / "full.json").is_file() or hub:
+                continue
+            raise FileNotFoundError(
+                f"sources: {name!r} is neither 'fictitious', a TOFU directory with full.json, nor a hub id"
+            )
 
     def resolve_pruner(self) -> nn.Module:
         if self.pruner is None:
