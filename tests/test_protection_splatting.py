@@ -200,6 +200,10 @@ def test_behind_the_camera_renders_the_background():
     behind = random_gaussians(2, seed=3, dtype=torch.float32)
     behind.means[:] = torch.tensor([0.0, -5.0, 0.0])
     assert torch.equal(render(behind, camera, 4, background=torch.ones(3)), torch.ones(3, 4, 4))
+    beside = behind.detach()
+    beside.means[:] = torch.tensor([5.0, 3.0, 0.0])  # in front of the camera, far outside the frame: no pairs
+    for method in ("culled", "dense"):
+        assert torch.equal(render(beside, camera, 4, background=torch.ones(3), method=method), torch.ones(3, 4, 4))
 
 
 def test_camera_ring_looks_at_the_target():

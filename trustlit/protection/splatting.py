@@ -300,11 +300,14 @@ def footprint_pairs(
         extent = (high - low + 1).clamp(min=0) * (level > 0)[:, None]
         counts = extent[:, 0] * extent[:, 1]
         gaussian = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
-        offset = torch.arange(len(gaussian), device=counts.device) - (torch.cumsum(counts, 0) - counts)[gaussian]
-        columns = low[gaussian, 0] + offset % extent[gaussian, 0]
-        rows = low[gaussian, 1] + torch.div(offset, extent[gaussian, 0], rounding_mode="floor")
-        pixel, order = torch.sort(rows * width + columns, stable=True)  # stable: keeps the depth order
-    return gaussian[order], pixel
+        # per pair: its box's first pixel, box width and first pair (one gather of a per-Gaussian table)
+        table = torch.stack([low[:, 1] * width + low[:, 0], extent[:, 0], torch.cumsum(counts, 0) - counts], -1)
+        first_pixel, box_width, first_pair = table.index_select(0, gaussian).unbind(-1)
+        offset = torch.arange(len(gaussian), device=counts.device) - first_pair
+        rows = torch.div(offset, box_width, rounding_mode="floor")
+        pixel = first_pixel + rows * width + (offset - rows * box_width)
+        pixel, order = torch.sort(pixel, stable=True)  # stable: keeps the depth order within a pixel
+    return gaussian.index_select(0, order), pixel
 
 
 def composite_culled(
@@ -324,7 +327,7 @@ def composite_culled(
             projected["colours"],
         ],
         dim=-1,
-    )[gaussian]
+    ).index_select(0, gaussian)
     mx, my, a, b, c, opacity = per_gaussian[:, :6].unbind(-1)
     dx = (pixel % width).to(mx) + 0.5 - mx
     dy = torch.div(pixel, width, rounding_mode="floor").to(my) + 0.5 - my
@@ -333,8 +336,9 @@ def composite_culled(
     log_clear = torch.log1p(-alpha).double()
     running = torch.cumsum(log_clear, 0) - log_clear  # exclusive over all pairs; minus each pixel's first entry
     pairs_per_pixel = torch.bincount(pixel, minlength=height * width)
-    first = (torch.cumsum(pairs_per_pixel, 0) - pairs_per_pixel)[pixel]
-    before = torch.exp(running - running[first]).to(alpha)
+    first = torch.cumsum(pairs_per_pixel, 0) - pairs_per_pixel  # = P for the empty pixels at the end: padded
+    start = torch.cat([running, running.new_zeros(1)]).index_select(0, first)
+    before = torch.exp(running - start.index_select(0, pixel)).to(alpha)
     pixels = torch.zeros(height * width, 3, dtype=alpha.dtype, device=alpha.device)
     pixels = pixels.index_add(0, pixel, (alpha * before)[:, None] * per_gaussian[:, 6:])
     clear = torch.zeros(height * width, dtype=log_clear.dtype, device=alpha.device).index_add(0, pixel, log_clear)
