@@ -201,7 +201,8 @@ def test_behind_the_camera_renders_the_background():
     behind.means[:] = torch.tensor([0.0, -5.0, 0.0])
     assert torch.equal(render(behind, camera, 4, background=torch.ones(3)), torch.ones(3, 4, 4))
     beside = behind.detach()
-    beside.means[:] = torch.tensor([5.0, 3.0, 0.0])  # in front of the camera, far outside the frame: no pairs
+    beside.means[:] = torch.tensor([20.0, 3.0, 0.0])  # in front of the camera, far outside the frame: no pairs
+    beside.log_scales[:] = -3.0
     for method in ("culled", "dense"):
         assert torch.equal(render(beside, camera, 4, background=torch.ones(3), method=method), torch.ones(3, 4, 4))
 
