@@ -14,6 +14,7 @@ from trustlit.image_classifiers import ImageClassifier, ResNet, SmallCNN, accura
 from trustlit.protection.availability import (
     PROTECTIONS,
     AutoregressivePerturbation,
+    ClasswiseErrorMinimizingNoise,
     ErrorMinimizingNoise,
     LinearSeparablePerturbation,
     OnePixelShortcut,
@@ -57,6 +58,27 @@ def test_error_minimizing_stops_at_the_released_condition() -> None:
     images, labels = generated_images(100, num_classes=2, seed=4)
     protection = ErrorMinimizingNoise(train_steps=10, max_rounds=20, batch_size=50, width=4).fit(images, labels)
     assert protection.train_error < 0.01 and protection.rounds < 20
+
+
+def test_classwise_error_minimizing_noise_is_one_noise_per_class_that_lowers_the_loss() -> None:
+    images, labels = generated_images(200, num_classes=4, seed=2)
+    images = 0.25 + 0.5 * images  # away from 0 and 1: no clipping, so delta is exactly the class's noise
+    protection = ClasswiseErrorMinimizingNoise(max_rounds=4, batch_size=50, width=4, seed=1)
+    protected = protection.protect(images, labels)
+    delta = protected - images
+    assert protection.noise.shape == (4, 1, 8, 8) and delta.abs().max() <= 8 / 255 + 1e-6
+    assert torch.allclose(delta, protection.noise[labels], atol=1e-6)  # every image of class k carries delta_k
+    assert 1 <= protection.rounds <= 4
+    # the search ran on the released 20 % subset; its stop condition (error < 0.1) or max_rounds ended it
+    assert protection.train_error < 0.1 or protection.rounds == 4
+    model = protection.model.eval()
+    with torch.no_grad():  # the noise minimises the surrogate's loss
+        assert F.cross_entropy(model(protected), labels) < F.cross_entropy(model(images), labels)
+    fresh, fresh_labels = generated_images(20, num_classes=4, seed=3)  # the class noise applies to new images
+    fresh = 0.25 + 0.5 * fresh
+    assert torch.allclose(protection.protect(fresh, fresh_labels) - fresh, protection.noise[fresh_labels], atol=1e-6)
+    with pytest.raises(ValueError, match=r"search_portion=1\.5 is invalid"):
+        ClasswiseErrorMinimizingNoise(search_portion=1.5)
 
 
 def test_corner_colours_follow_the_released_bit_order() -> None:
@@ -212,6 +234,7 @@ def test_registry_names_match_classes() -> None:
     assert sorted(PROTECTIONS) == [
         "autoregressive",
         "error_minimizing",
+        "error_minimizing_classwise",
         "linear_separable",
         "one_pixel_shortcut",
         "random_noise",

@@ -192,14 +192,21 @@ class ErrorMinimizingNoise(Protection):
             delta = min_min_step(self.model, images, labels, delta, self.step_size).clamp(-self.epsilon, self.epsilon)
         return delta
 
-    def train_surrogate(self, images: Tensor, labels: Tensor, optimizer: torch.optim.Optimizer, cursor: int) -> int:
-        """``train_steps`` SGD steps on consecutive batches of the perturbed data (cycling); the next cursor."""
-        batches = torch.arange(len(labels)).split(self.batch_size)
+    def sample_noise(self, index: Tensor, labels: Tensor) -> Tensor:
+        """The current noise of the samples ``index`` (their own noise; class-wise: their class's)."""
+        return self.noise[index]
+
+    def train_surrogate(
+        self, images: Tensor, labels: Tensor, order: Tensor, optimizer: torch.optim.Optimizer, cursor: int
+    ) -> int:
+        """``train_steps`` SGD steps on consecutive batches of the perturbed samples ``order`` (cycling); the next
+        cursor."""
+        batches = order.split(self.batch_size)
         self.model.train()
         for step in range(self.train_steps):
             batch = batches[(cursor + step) % len(batches)]
             optimizer.zero_grad()
-            perturbed = (images[batch] + self.noise[batch]).clamp(0, 1)
+            perturbed = (images[batch] + self.sample_noise(batch, labels[batch])).clamp(0, 1)
             F.cross_entropy(self.model(perturbed), labels[batch]).backward()
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
             optimizer.step()
@@ -211,19 +218,32 @@ class ErrorMinimizingNoise(Protection):
             self.model = build_classifier(self.architecture, images.shape[1], self.num_classes, self.width)
         self.model.to(images.device)
         optimizer = torch.optim.SGD(self.model.parameters(), self.lr, momentum=0.9, weight_decay=self.weight_decay)
-        self.images, self.noise = images, torch.zeros_like(images)
+        self.images, self.noise = images, self.initial_noise(images)
+        order = self.search_order(len(labels))
         cursor, self.rounds = 0, 0
         while self.rounds < self.max_rounds:
-            cursor = self.train_surrogate(images, labels, optimizer, cursor)
-            for batch in torch.arange(len(labels)).split(self.batch_size):
-                self.noise[batch] = self.minimize_noise(images[batch], labels[batch], self.noise[batch])
+            cursor = self.train_surrogate(images, labels, order, optimizer, cursor)
+            for batch in order.split(self.batch_size):
+                self.update_noise(images[batch], labels[batch], batch)
             self.rounds += 1
-            perturbed = (images + self.noise).clamp(0, 1)
-            self.train_error = (predict(self.model, perturbed) != labels).float().mean().item()
+            perturbed = (images[order] + self.sample_noise(order, labels[order])).clamp(0, 1)
+            self.train_error = (predict(self.model, perturbed) != labels[order]).float().mean().item()
             if self.train_error < self.stop_error:
                 break
         for parameter in self.model.parameters():
             parameter.requires_grad_(False)
+
+    def initial_noise(self, images: Tensor) -> Tensor:
+        """Zero noise per sample (the released sample-wise command does not pass ``--random_start``)."""
+        return torch.zeros_like(images)
+
+    def search_order(self, count: int) -> Tensor:
+        """The samples the search trains and perturbs on, in order: all of them, in data order (as released)."""
+        return torch.arange(count)
+
+    def update_noise(self, images: Tensor, labels: Tensor, index: Tensor) -> None:
+        """The inner minimisation on one batch of samples ``index``."""
+        self.noise[index] = self.minimize_noise(images, labels, self.noise[index])
 
     def perturb(self, images: Tensor, labels: Tensor) -> Tensor:
         if self.images is not None and images.shape == self.images.shape and torch.equal(images, self.images):
@@ -235,6 +255,62 @@ class ErrorMinimizingNoise(Protection):
             ]
         )
         return images + delta
+
+
+class ClasswiseErrorMinimizingNoise(ErrorMinimizingNoise):
+    """Class-wise error-minimizing noise (Huang et al., ICLR 2021, the class-wise variant of their released code):
+    one noise ``delta_k`` per class, ``min_theta E[ min_{||delta_k||_inf <= epsilon} L(f_theta(x_i + delta_{y_i}),
+    y_i) ]``. Each round trains the surrogate ``train_steps`` steps, then for every batch runs ``num_steps`` signed
+    steps from ``delta_{y_i}`` on each sample and sets ``delta_k <- clip_[-eps, eps](mean_{i in batch, y_i = k}
+    delta_i)``, until the surrogate's error on the perturbed search subset is below ``stop_error``.
+
+    Defaults are the released class-wise CIFAR-10 command: epsilon 8/255, step 0.8/255, 1 step per update, 10
+    training steps, stop error 0.1, the search on a random 20 % subset (``--use_subset``, ``universal_train_portion``
+    0.2) in shuffled order, the noise started at ``U[-epsilon, epsilon]``, batch 512, the sample-wise class's SGD.
+    The noise applies to any image of a known class.
+
+    Args:
+        num_steps, stop_error: the released class-wise values (1 and 0.1).
+        search_portion: the share of the images (a seeded random subset) the search trains and perturbs on.
+        kwargs: the other arguments of :class:`ErrorMinimizingNoise`, with its defaults.
+    """
+
+    name = "error_minimizing_classwise"
+
+    def __init__(
+        self,
+        num_steps: PositiveInt = 1,
+        stop_error: NonNegativeFloat = 0.1,
+        search_portion: PositiveFloat = 0.2,
+        **kwargs: Any,
+    ) -> None:
+        check_arguments(ClasswiseErrorMinimizingNoise.__init__, {"num_steps": num_steps, "stop_error": stop_error,
+                                                                 "search_portion": search_portion})  # fmt: skip
+        if search_portion > 1:
+            raise ValueError(
+                f"ClasswiseErrorMinimizingNoise: search_portion={search_portion} is invalid, expected a share in (0, 1]"
+            )
+        super().__init__(num_steps=num_steps, stop_error=stop_error, **kwargs)
+        self.search_portion = search_portion
+
+    def initial_noise(self, images: Tensor) -> Tensor:
+        noise = torch.rand(self.num_classes, *images.shape[1:], generator=self.generator) * 2 - 1
+        return (self.epsilon * noise).to(images.device)
+
+    def search_order(self, count: int) -> Tensor:
+        subset = max(1, round(self.search_portion * count))
+        return torch.randperm(count, generator=self.generator)[:subset]
+
+    def sample_noise(self, index: Tensor, labels: Tensor) -> Tensor:
+        return self.noise[labels]
+
+    def update_noise(self, images: Tensor, labels: Tensor, index: Tensor) -> None:
+        delta = self.minimize_noise(images, labels, self.noise[labels])
+        for label in labels.unique():
+            self.noise[label] = delta[labels == label].mean(dim=0).clamp(-self.epsilon, self.epsilon)
+
+    def perturb(self, images: Tensor, labels: Tensor) -> Tensor:
+        return images + self.noise[labels.to(self.noise.device)].to(images.device)
 
 
 def corner_colours(channels: int) -> Tensor:
@@ -474,6 +550,7 @@ PROTECTIONS: dict[str, type[Protection]] = {
     protection.name: protection
     for protection in (
         ErrorMinimizingNoise,
+        ClasswiseErrorMinimizingNoise,
         OnePixelShortcut,
         LinearSeparablePerturbation,
         AutoregressivePerturbation,
