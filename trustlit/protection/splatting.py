@@ -301,8 +301,8 @@ def footprint_pairs(
         counts = extent[:, 0] * extent[:, 1]
         gaussian = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
         # per pair: its box's first pixel, box width and first pair (one gather of a per-Gaussian table)
-        table = torch.stack([low[:, 1] * width + low[:, 0], extent[:, 0], torch.cumsum(counts, 0) - counts], -1)
-        first_pixel, box_width, first_pair = table.index_select(0, gaussian).unbind(-1)
+        table = torch.stack([low[:, 1] * width + low[:, 0], extent[:, 0], torch.cumsum(counts, 0) - counts])
+        first_pixel, box_width, first_pair = table.index_select(1, gaussian)  # rows [3, P]: contiguous
         offset = torch.arange(len(gaussian), device=counts.device) - first_pair
         rows = torch.div(offset, box_width, rounding_mode="floor")
         pixel = first_pixel + rows * width + (offset - rows * box_width)
@@ -319,16 +319,15 @@ def composite_culled(
     by scatter-add."""
     gaussian, pixel = footprint_pairs(projected, height, width, alpha_min)
     conics = projected["conics"]
-    per_gaussian = torch.cat(
+    per_gaussian = torch.cat(  # rows [9, P], so each attribute is contiguous (strided columns are several x slower)
         [
-            projected["means2d"],
-            torch.stack([conics[:, 0, 0], 0.5 * (conics[:, 0, 1] + conics[:, 1, 0]), conics[:, 1, 1]], -1),
-            projected["opacities"][:, None],
-            projected["colours"],
-        ],
-        dim=-1,
-    ).index_select(0, gaussian)
-    mx, my, a, b, c, opacity = per_gaussian[:, :6].unbind(-1)
+            projected["means2d"].T,
+            torch.stack([conics[:, 0, 0], 0.5 * (conics[:, 0, 1] + conics[:, 1, 0]), conics[:, 1, 1]]),
+            projected["opacities"][None],
+            projected["colours"].T,
+        ]
+    ).index_select(1, gaussian)
+    mx, my, a, b, c, opacity = per_gaussian[:6]
     dx = (pixel % width).to(mx) + 0.5 - mx
     dy = torch.div(pixel, width, rounding_mode="floor").to(my) + 0.5 - my
     alpha = torch.clamp(opacity * torch.exp(-0.5 * (a * dx * dx + 2 * b * dx * dy + c * dy * dy)), max=ALPHA_MAX)
@@ -339,8 +338,8 @@ def composite_culled(
     first = torch.cumsum(pairs_per_pixel, 0) - pairs_per_pixel  # = P for the empty pixels at the end: padded
     start = torch.cat([running, running.new_zeros(1)]).index_select(0, first)
     before = torch.exp(running - start.index_select(0, pixel)).to(alpha)
-    pixels = torch.zeros(height * width, 3, dtype=alpha.dtype, device=alpha.device)
-    pixels = pixels.index_add(0, pixel, (alpha * before)[:, None] * per_gaussian[:, 6:])
+    pixels = torch.zeros(3, height * width, dtype=alpha.dtype, device=alpha.device)
+    pixels = pixels.index_add(1, pixel, (alpha * before) * per_gaussian[6:]).T
     clear = torch.zeros(height * width, dtype=log_clear.dtype, device=alpha.device).index_add(0, pixel, log_clear)
     return pixels + torch.exp(clear).to(alpha)[:, None] * background
 
