@@ -72,6 +72,24 @@ def test_vc_dimension_of_small_tables_by_shattering() -> None:
         FiniteClass([[0, 2]])
 
 
+@pytest.mark.parametrize("point", [1.5, -1, 3])
+def test_finite_class_refuses_points_outside_its_domain(point: float) -> None:
+    everything = FiniteClass(np.array(list(itertools.product([0, 1], repeat=3))))
+    with pytest.raises(ValueError, match=r"outside the domain, expected an integer in \[0, 3\)"):
+        everything.cover(np.array([0, point]))
+    costs = np.zeros((1, 2, 2))
+    with pytest.raises(ValueError, match="outside the domain"):
+        everything.constrained_minima(costs, np.array([0, point]), forced=0)
+
+
+def test_budget_is_the_floor_of_eta_n_without_slack() -> None:
+    assert budget_of(0.29, 100) == 29  # 0.29 * 100 is 28.999999999999996 in binary floating point
+    assert budget_of(0.57, 100) == 57
+    assert budget_of(0.1, 29) == 2
+    assert budget_of(0.0, 1000) == 0
+    assert budget_of(0.999, 1000) == 999
+
+
 @pytest.mark.parametrize(("hclass", "d"), [(Thresholds(), 1), (Intervals(), 2), (IntervalUnions(2), 4)])
 def test_interval_classes_realise_exactly_their_labellings(hclass: IntervalUnions, d: int) -> None:
     patterns = hclass.patterns(7)

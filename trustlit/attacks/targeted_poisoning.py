@@ -36,6 +36,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -82,8 +83,9 @@ def check_eta(eta: float) -> float:
 
 
 def budget_of(eta: float, n: int) -> int:
-    """floor(eta n): the number of points the adversary may replace (B_eta(S), Section 4)."""
-    return math.floor(check_eta(eta) * n + 1e-9)
+    """floor(eta n): the number of points the adversary may replace (B_eta(S), Section 4), computed on eta's decimal
+    value (``Fraction(str(eta))``), so that 0.3 * 10 is 3 and no rounding slack grants an extra point."""
+    return math.floor(Fraction(str(check_eta(eta))) * n)
 
 
 def excess_bound(d: int, eta: float) -> float:
@@ -367,12 +369,21 @@ def vc_dimension_of_table(table: np.ndarray) -> int:
     return d
 
 
+def domain_indices(points: np.ndarray | Sequence[float], size: int) -> np.ndarray:
+    """``points`` as indices of a finite domain {0, ..., size - 1}, or a ValueError naming what lies outside it."""
+    values = np.asarray(points, dtype=float).reshape(-1)
+    bad = values[(values != np.round(values)) | (values < 0) | (values >= size)]
+    if bad.size:
+        raise ValueError(f"FiniteClass: point {bad[0]!r} is outside the domain, expected an integer in [0, {size})")
+    return values.astype(np.int64).reshape(np.shape(points))
+
+
 @dataclass(frozen=True)
 class _TableCover(Cover):
     rows: np.ndarray
 
     def values(self, z: np.ndarray) -> np.ndarray:
-        return self.rows[:, np.asarray(z, dtype=np.int64)]
+        return self.rows[:, domain_indices(z, self.rows.shape[1])]
 
 
 class FiniteClass(HypothesisClass):
@@ -394,11 +405,11 @@ class FiniteClass(HypothesisClass):
 
     def cover(self, points: np.ndarray) -> Cover:
         # the first row realising each labelling of T's points is its representative
-        _, first = np.unique(self.table[:, np.asarray(points, dtype=np.int64)], axis=0, return_index=True)
+        _, first = np.unique(self.table[:, domain_indices(points, self.table.shape[1])], axis=0, return_index=True)
         return _TableCover(self.table[np.sort(first)])
 
     def constrained_minima(self, costs: np.ndarray, locations: np.ndarray, forced: int) -> np.ndarray:
-        values = self.table[:, np.asarray(locations, dtype=np.int64)].astype(np.int64)  # [|H|, u]
+        values = self.table[:, domain_indices(locations, self.table.shape[1])].astype(np.int64)  # [|H|, u]
         totals = np.take_along_axis(costs[:, None, :, :], values[None, :, :, None], axis=3)[..., 0].sum(axis=2)
         at_target = values[:, forced]
         results = [totals.min(axis=1)]
