@@ -288,8 +288,8 @@ def footprint_pairs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(Gaussian, pixel) index pairs [P] of every pixel whose centre lies in a Gaussian's footprint, sorted by
     pixel and, within a pixel, front to back. The footprint is the bounding box of the ellipse where
-    o exp(-½ q) >= alpha_min, i.e. q <= q* = 2 ln(o / alpha_min): |u - π(p)| <= sqrt(q* Σ'_xx), |v - π(p)_y| <=
-    sqrt(q* Σ'_yy). No pixel outside it has α >= alpha_min, so culling changes no pixel."""
+    o exp(-½ q) >= alpha_min, i.e. q <= q* = 2 ln(o / alpha_min): |u - π(p)_x| <= sqrt(q* Σ'_xx),
+    |v - π(p)_y| <= sqrt(q* Σ'_yy). No pixel outside it has α >= alpha_min, so culling changes no pixel."""
     with torch.no_grad():
         level = 2 * torch.log(projected["opacities"] / alpha_min)
         reach = torch.sqrt(level.clamp(min=0)[:, None] * torch.diagonal(projected["screen"], dim1=-2, dim2=-1))
@@ -313,7 +313,7 @@ def footprint_pairs(
 def composite_culled(
     projected: dict[str, torch.Tensor], height: int, width: int, alpha_min: float, background: torch.Tensor
 ) -> torch.Tensor:
-    """Pixels [H * W, 3] composited over the footprint pairs only (as the released rasterizer culls): per pair
+    """Pixels [H * W, 3] composited over the footprint pairs only (3DGS-style culling, exact box): per pair
     α = min(0.99, o exp(-½ dᵀ Σ'⁻¹ d)), then the exclusive transmittance T = exp(Σ_{earlier pairs of the pixel}
     log(1 - α)) as a segmented cumulative sum (float64, so long pixel runs do not cancel) and C = Σ c α T + T_end b
     by scatter-add."""
