@@ -9,6 +9,7 @@ import pytest
 import torch
 from helpers import quiet_trainer
 
+import trustlit.protection.degauss as degauss_module
 from trustlit.protection.degauss import (
     DEGaussConfig,
     DEGaussDefense,
@@ -39,6 +40,8 @@ from trustlit.protection.scenes import (
     psnr,
     render_views,
     ring_views,
+    scene_from_item,
+    scene_item,
 )
 from trustlit.protection.splatting import camera_ring
 
@@ -92,18 +95,51 @@ def test_degauss_keeps_the_fidelity_constraint_and_lowers_its_loss(tiny):
     references = render_views(scene.gaussians, cameras, SIZE)
     assert dual_discrepancy_losses(editor, references, references, instruction).tolist() == pytest.approx([2.0] * 6)
     config = DEGaussConfig(steps=4, views_per_step=2, lr=0.05)
-    protected, history = degauss(scene.gaussians, cameras, editor, [instruction], SIZE, config)
+    result = degauss(scene.gaussians, cameras, editor, [instruction], SIZE, config)
+    protected, history = result.scene, result.history
+    assert result.rejected_steps == 0
     assert min_psnr(protected, references, cameras) >= 30.0
     assert min_psnr(protected, references, cameras) < 60.0  # it did perturb
     after = dual_discrepancy_losses(editor, render_views(protected, cameras, SIZE), references, instruction)
     assert after.mean() < 2.0 - 1e-3 and len(history) == 4
 
 
+def test_a_failed_line_search_undoes_only_its_own_step(tiny, monkeypatch):
+    """The line search is made to fail from the third step on: the result is the feasible scene after two steps
+    (bit for bit, the same seed), not the original scene, and the undone steps are counted."""
+    scene, cameras, editor = tiny
+    instruction = Edit("remove", *scene.objects[0]).instruction
+    two_steps = degauss(scene.gaussians, cameras, editor, [instruction], SIZE, DEGaussConfig(steps=2, lr=0.05))
+    calls, real = [], degauss_module.project_fidelity
+
+    def failing_after_two(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs) if len(calls) <= 2 else None
+
+    monkeypatch.setattr(degauss_module, "project_fidelity", failing_after_two)
+    result = degauss(scene.gaussians, cameras, editor, [instruction], SIZE, DEGaussConfig(steps=5, lr=0.05))
+    assert result.rejected_steps == 3 and len(result.history) == 5
+    assert torch.equal(result.scene.colours, two_steps.scene.colours)
+    assert torch.equal(result.scene.means, two_steps.scene.means)
+    references = render_views(scene.gaussians, cameras, SIZE)
+    assert 30.0 <= min_psnr(result.scene, references, cameras) < 60.0
+
+
+@pytest.mark.parametrize("method", ["degauss", "random"])
+def test_protected_colours_stay_in_the_unit_interval(tiny, method):
+    """Large steps under a loose 10 dB floor would push colours past [0, 1]; the protected scene keeps them in."""
+    scene, cameras, editor = tiny
+    config = DEGaussConfig(steps=3, views_per_step=2, lr=0.5, ratios=(1.0, 2.0, 0.0), psnr_floor=10.0)
+    protected = protect(method, scene.gaussians, cameras, editor, ["remove the red cube"], SIZE, config).scene
+    assert protected.colours.min() >= 0 and protected.colours.max() <= 1
+    assert (protected.colours - scene.gaussians.colours).abs().max() > 0.1  # it did move them a lot
+
+
 @pytest.mark.parametrize("method", ["uniform", "photoguard", "random"])
 def test_baselines_keep_the_fidelity_constraint(tiny, method):
     scene, cameras, editor = tiny
     config = DEGaussConfig(steps=3, views_per_step=2, photoguard_steps=3)
-    protected = protect(method, scene.gaussians, cameras, editor, ["remove the red cube"], SIZE, config)
+    protected = protect(method, scene.gaussians, cameras, editor, ["remove the red cube"], SIZE, config).scene
     references = render_views(scene.gaussians, cameras, SIZE)
     assert 30.0 <= min_psnr(protected, references, cameras) < 60.0
     if method == "random":  # scaled onto the constraint's boundary
@@ -200,6 +236,14 @@ def test_analysis_module_end_to_end(tmp_path):
     assert all(row["train_min_psnr"] >= 30.0 for row in module.results["rows"][1:])
     assert math.isinf(module.results["rows"][0]["train_min_psnr"]) or module.results["rows"][0]["train_min_psnr"] > 100
     assert (tmp_path / "degauss.json").is_file() and (tmp_path / "degauss.png").is_file()
+
+
+def test_scene_item_without_a_gaussian_attribute_is_refused():
+    scene = procedural_scene(num_objects=1, gaussians_per_object=4, floor_gaussians=4, seed=1)
+    item = scene_item(scene, Edit("remove", *scene.objects[0]), views=2, image_size=SIZE)
+    del item["opacity_logits"], item["means"]
+    with pytest.raises(ValueError, match=r"lacks Gaussian attributes \['means', 'opacity_logits'\]"):
+        scene_from_item(item)
 
 
 def test_bad_arguments_are_refused():

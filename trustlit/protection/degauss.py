@@ -19,8 +19,10 @@ the step: views where the defense is weakest, high ℓ_v, get the largest share)
     fidelity constraint:  min_v PSNR(x̃_v, x_v) >= ρ  (ρ = 30 dB) over every training view,
 
 enforced after each step by a line search: δ is scaled by s in [0, 1] just inside the boundary (steps
-s <- s · 10^((PSNR(s) - ρ)/20), exact when MSE ∝ s²), so the returned scene always satisfies it (s = 0 is the
-original scene).
+s <- s · 10^((PSNR(s) - ρ)/20), exact when MSE ∝ s²); a step whose line search fails is undone (δ back to the
+feasible pre-step value, counted as rejected), so the returned scene always satisfies it on the training views.
+Held-out views are not constrained: their fidelity PSNR can fall below ρ. Colours stay in [0, 1] and the losses
+see the renders clamped to [0, 1], as the attacker's editor does.
 
 Baselines (:data:`METHODS`): ``uniform`` (γ = 0: equal weights, the dual loss kept), ``photoguard`` (PhotoGuard's
 encoder attack, Salman et al. ICML 2023, run per view in 2D with L∞ budget ε and lifted to 3D by fitting δ to the
@@ -32,6 +34,7 @@ Notes: docs/methods/degauss.md
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,6 +66,7 @@ from trustlit.protection.splatting import Camera, Gaussians, render
 
 PERTURBED = ("colours", "opacity_logits", "means")
 METHODS = ("degauss", "uniform", "photoguard", "random")
+logger = logging.getLogger(__name__)
 
 
 def view_focal_weights(losses: torch.Tensor, tau: float = 0.1, gamma: float = 2.0) -> torch.Tensor:
@@ -112,9 +116,11 @@ def dual_discrepancy_losses(
 
 
 def perturbed(scene: Gaussians, delta: dict[str, torch.Tensor], scale: float = 1.0) -> Gaussians:
-    """The scene with ``scale`` · δ added to the perturbed attributes."""
-    tensors = scene.tensors()
-    return Gaussians(**{k: v + scale * delta[k] if k in delta else v for k, v in tensors.items()})
+    """The scene with ``scale`` · δ added to the perturbed attributes, colours clamped to [0, 1] (or to the
+    scene's own colour where that lies outside, so δ = 0 is the scene itself)."""
+    tensors = {k: v + scale * delta[k] if k in delta else v for k, v in scene.tensors().items()}
+    tensors["colours"] = tensors["colours"].clamp(scene.colours.clamp(max=0), scene.colours.clamp(min=1))
+    return Gaussians(**tensors)
 
 
 def min_psnr(scene: Gaussians, references: torch.Tensor, cameras: list[Camera]) -> float:
@@ -129,17 +135,17 @@ def project_fidelity(
     cameras: list[Camera],
     psnr_floor: float,
     tries: int = 8,
-) -> float:
+) -> float | None:
     """A scale s in [0, 1] with min_v PSNR(R(θ + s δ, v), x_v) >= ``psnr_floor``, just inside the boundary: 1 if
     δ is feasible, else line-search steps s <- s · 10^((PSNR(s) - ρ) / 20) · 0.999 (exact where the renders are
-    linear in s, MSE ∝ s²) until feasible; 0 (the original scene) after ``tries`` failures."""
+    linear in s, MSE ∝ s²) until feasible; None when still infeasible after ``tries`` steps."""
     current, scale = min_psnr(perturbed(scene, delta), references, cameras), 1.0
     for _ in range(tries):
         if current >= psnr_floor:
             return scale
         scale *= 10 ** ((current - psnr_floor) / 20) * 0.999
         current = min_psnr(perturbed(scene, delta, scale), references, cameras)
-    return scale if current >= psnr_floor else 0.0
+    return scale if current >= psnr_floor else None
 
 
 @dataclass(frozen=True)
@@ -171,6 +177,15 @@ class DEGaussConfig:
             raise ValueError("DEGaussConfig: gamma, semantic_weight and direction_weight must be >= 0")
 
 
+@dataclass(frozen=True)
+class Protection:
+    """A protected scene, the optimised loss per step and how many steps were undone by the fidelity projection."""
+
+    scene: Gaussians
+    history: list[float]
+    rejected_steps: int = 0
+
+
 def zero_delta(scene: Gaussians) -> dict[str, torch.Tensor]:
     return {k: torch.zeros_like(getattr(scene, k), requires_grad=True) for k in PERTURBED}
 
@@ -186,26 +201,34 @@ def optimise_views(
     references: torch.Tensor,
     config: DEGaussConfig,
     step_loss: Callable[[Gaussians, list[int], torch.Generator], torch.Tensor],
-) -> tuple[Gaussians, list[float]]:
+) -> Protection:
     """Adam on δ with the fidelity projection after each step; ``step_loss(protected, views, generator)`` is the
-    step's objective on the views chosen by farthest-view sampling. Returns the protected scene and the losses."""
+    step's objective on the views chosen by farthest-view sampling. A step whose line search fails is undone
+    (δ restored to its feasible pre-step value, not zeroed) and counted in ``rejected_steps``."""
     delta, generator = zero_delta(scene), torch.Generator().manual_seed(config.seed)
     optimiser = adam_on(delta, config)
     positions = torch.stack([camera.position for camera in cameras])
-    history = []
+    history, rejected = [], 0
     for _ in range(config.steps):
         start = int(torch.randint(0, len(cameras), (1,), generator=generator))
         views = farthest_view_sampling(positions, min(config.views_per_step, len(cameras)), start)
         optimiser.zero_grad()
         loss = step_loss(perturbed(scene, delta), views, generator)
         loss.backward()
+        feasible = {k: v.detach().clone() for k, v in delta.items()}
         optimiser.step()
         history.append(loss.item())
         with torch.no_grad():
             scale = project_fidelity(scene, delta, references, cameras, config.psnr_floor)
-            for value in delta.values():
-                value.mul_(scale)
-    return perturbed(scene, {k: v.detach() for k, v in delta.items()}), history
+            for key, value in delta.items():
+                if scale is None:
+                    value.copy_(feasible[key])
+                else:
+                    value.mul_(scale)
+        rejected += scale is None
+    if rejected:
+        logger.warning("DEGauss: %d of %d steps undone (line search found no feasible scale)", rejected, config.steps)
+    return Protection(perturbed(scene, {k: v.detach() for k, v in delta.items()}), history, rejected)
 
 
 def degauss(
@@ -215,17 +238,19 @@ def degauss(
     instructions: Sequence[str],
     image_size: int,
     config: DEGaussConfig = DEGaussConfig(),
-) -> tuple[Gaussians, list[float]]:
-    """The DEGauss-protected scene (module docstring; ``gamma = 0`` is the uniform-weight baseline) and the
-    fused loss per step. Each step draws one of ``instructions`` (the edits the protector anticipates)."""
+) -> Protection:
+    """The DEGauss-protected scene (module docstring; ``gamma = 0`` is the uniform-weight baseline) with the
+    fused loss per step. Each step draws one of ``instructions`` (the edits the protector anticipates); the loss
+    sees renders clamped to [0, 1], what the attacker's editor receives."""
     if not instructions:
         raise ValueError("instructions must name at least one edit to defend against")
     references = render_views(scene, cameras, image_size).detach()
+    seen = references.clamp(0, 1)
 
     def step_loss(protected: Gaussians, views: list[int], generator: torch.Generator) -> torch.Tensor:
         instruction = instructions[int(torch.randint(0, len(instructions), (1,), generator=generator))]
-        renders = render_views(protected, [cameras[v] for v in views], image_size)
-        losses = dual_discrepancy_losses(editor, renders, references[views], instruction,
+        renders = render_views(protected, [cameras[v] for v in views], image_size).clamp(0, 1)
+        losses = dual_discrepancy_losses(editor, renders, seen[views], instruction,
                                          config.semantic_weight, config.direction_weight)  # fmt: skip
         return (view_focal_weights(losses, config.tau, config.gamma) * losses).sum()
 
@@ -249,29 +274,31 @@ def photoguard_views(editor: Editor, images: torch.Tensor, epsilon: float, steps
 
 def photoguard_lifted(
     scene: Gaussians, cameras: list[Camera], editor: Editor, image_size: int, config: DEGaussConfig = DEGaussConfig()
-) -> Gaussians:
-    """Per-view 2D PhotoGuard perturbations lifted to 3D: δ fitted to the perturbed views by the same Adam and
-    fidelity projection, every view weighted alike (module docstring)."""
+) -> Protection:
+    """Per-view 2D PhotoGuard perturbations lifted to 3D: δ fitted to the perturbed views (renders clamped to
+    [0, 1]) by the same Adam and fidelity projection, every view weighted alike (module docstring)."""
     references = render_views(scene, cameras, image_size).detach()
     targets = photoguard_views(editor, references.clamp(0, 1), config.photoguard_epsilon, config.photoguard_steps)
 
     def step_loss(protected: Gaussians, views: list[int], generator: torch.Generator) -> torch.Tensor:
-        return ((render_views(protected, [cameras[v] for v in views], image_size) - targets[views]) ** 2).mean()
+        renders = render_views(protected, [cameras[v] for v in views], image_size).clamp(0, 1)
+        return ((renders - targets[views]) ** 2).mean()
 
-    return optimise_views(scene, cameras, references, config, step_loss)[0]
+    return optimise_views(scene, cameras, references, config, step_loss)
 
 
 def random_perturbation(
     scene: Gaussians, cameras: list[Camera], image_size: int, psnr_floor: float, seed: int = 0,
     ratios: tuple[float, float, float] = DEGaussConfig.ratios,
-) -> Gaussians:  # fmt: skip
+) -> Protection:  # fmt: skip
     """A random δ (standard normal per attribute, times ``ratios``) scaled to the largest size that keeps
-    min_v PSNR >= ``psnr_floor``: the control of equal fidelity."""
+    min_v PSNR >= ``psnr_floor``: the control of equal fidelity (the scene itself if the line search fails)."""
     generator = torch.Generator().manual_seed(seed)
     delta = {k: r * torch.randn(getattr(scene, k).shape, generator=generator)
              for k, r in zip(PERTURBED, ratios, strict=True)}  # fmt: skip
     references = render_views(scene, cameras, image_size).detach()
-    return perturbed(scene, delta, project_fidelity(scene, delta, references, cameras, psnr_floor, tries=20))
+    scale = project_fidelity(scene, delta, references, cameras, psnr_floor, tries=20)
+    return Protection(perturbed(scene, delta, scale or 0.0), [], int(scale is None))
 
 
 def protect(
@@ -282,13 +309,13 @@ def protect(
     instructions: Sequence[str],
     image_size: int,
     config: DEGaussConfig = DEGaussConfig(),
-) -> Gaussians:
+) -> Protection:
     """The scene protected by ``method`` (one of :data:`METHODS`)."""
     if method == "degauss":
-        return degauss(scene, cameras, editor, instructions, image_size, config)[0]
+        return degauss(scene, cameras, editor, instructions, image_size, config)
     if method == "uniform":
         uniform = DEGaussConfig(**{**config.__dict__, "gamma": 0.0})
-        return degauss(scene, cameras, editor, instructions, image_size, uniform)[0]
+        return degauss(scene, cameras, editor, instructions, image_size, uniform)
     if method == "photoguard":
         return photoguard_lifted(scene, cameras, editor, image_size, config)
     if method == "random":
@@ -350,13 +377,14 @@ def scene_rows(
     rows, edited_scenes = [], {}
     for method in ("none", *methods):
         started = time.perf_counter()
-        guarded = scene.gaussians if method == "none" else protect(method, scene.gaussians, train, editor,
-                                                                   instructions, image_size, config)  # fmt: skip
-        seconds = time.perf_counter() - started
+        protection = Protection(scene.gaussians, []) if method == "none" else protect(
+            method, scene.gaussians, train, editor, instructions, image_size, config)  # fmt: skip
+        seconds, guarded = time.perf_counter() - started, protection.scene
         edited = iterative_dataset_update(guarded, train, editor, edit.instruction, image_size, **attack)
         metrics = attack_metrics(scene.gaussians, guarded, edited, intended, held_out, image_size)
         rows.append({"method": method, "instruction": edit.instruction, **metrics,
-                     "train_min_psnr": min_psnr(guarded, references, train), "seconds": seconds})  # fmt: skip
+                     "train_min_psnr": min_psnr(guarded, references, train), "seconds": seconds,
+                     "rejected_steps": protection.rejected_steps})  # fmt: skip
         edited_scenes[method] = edited
     return rows, edited_scenes
 

@@ -338,6 +338,9 @@ def scene_item(scene: ProceduralScene, edit: Edit, views: int, image_size: int) 
 
 def scene_from_item(item: dict[str, Any]) -> tuple[ProceduralScene, Edit, list[Camera], list[Camera]]:
     """The inverse of :func:`scene_item`: scene, edit, training cameras and held-out cameras."""
+    missing = [name for name in ATTRIBUTES if name not in item]
+    if missing:
+        raise ValueError(f"scene item lacks Gaussian attributes {missing} (needs {list(ATTRIBUTES)})")
     objects = [tuple(entry.split(" ")) for entry in item["objects"].split(";")]
     scene = ProceduralScene(Gaussians(**{k: item[k] for k in ATTRIBUTES}), item["labels"], objects)
     edit = Edit.parse(item["instruction"])
