@@ -12,6 +12,9 @@ draws are made on the CPU from the protection's seeded generator; the EM surroga
   SGD steps on theta with ``num_steps`` signed-gradient descent steps on every delta_i,
   ``delta <- clip_[-epsilon, epsilon](delta - step_size * sign(grad_delta L))``, until the surrogate's error on
   the perturbed data is below ``stop_error``.
+- :class:`ClasswiseErrorMinimizingNoise` — the same paper's class-wise variant (released): one noise delta_k per
+  class, each round ``delta_k <- clip_[-epsilon, epsilon](mean_{i: y_i = k} delta_i)`` over a batch's inner-step
+  results, searched on a 20 % subset until the surrogate's error is below 0.1.
 - :class:`OnePixelShortcut` — Wu, Chen, Xie, Huang, "One-Pixel Shortcut: on the Learning Preference of Deep Neural
   Networks", ICLR 2023 (code cychomatica/One-Pixel-Shotcut): per class k one pixel position sigma_k and a corner
   colour xi_k in {0, 1}^C maximising ``mean(|xi - x_sigma|) / std(|xi - x_sigma|)`` over the class's images and
