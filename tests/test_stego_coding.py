@@ -17,6 +17,7 @@ from trustlit.stego.coding import (
     StegoSettings,
     bits_to_bytes,
     bytes_to_bits,
+    checksum_bits,
     compress,
     decompress,
     embed_bits,
@@ -85,6 +86,59 @@ def test_a_modified_stego_text_is_reported(lm, edit):
         extract_bits(*lm, text, prompt, 64)
 
 
+@pytest.mark.parametrize("bits", [[0] + [1] * 30, [1] + [0] * 40])
+def test_bits_near_a_bit_boundary_do_not_stall_the_embedder(lm, bits):
+    """0111... / 1000... put the point next to the interval's midpoint: every step's interval straddles it, so
+    progress needs each chosen sub-interval to be strictly smaller (>= 2 candidates, widths >= 1)."""
+    tokens = embed_tokens(*lm, bits, PROMPT, max_tokens=400)
+    text = lm[1].decode(tokens, clean_up_tokenization_spaces=False)
+    assert extract_bits(*lm, text, PROMPT, len(bits)) == bits
+
+
+def test_no_canonical_candidate_is_a_clear_error(lm, monkeypatch):
+    text = embed_bits(*lm, random_bits(8, 4), PROMPT)
+    monkeypatch.setattr(IntervalCoder, "canonical", lambda self, candidates: [False] * len(candidates))
+    with pytest.raises(ValueError, match="keeps the tokenization canonical") as embedding:
+        embed_tokens(*lm, random_bits(8, 4), PROMPT)
+    assert not isinstance(embedding.value, StegoCorruptionError)
+    with pytest.raises(StegoCorruptionError, match="corrupted at token 0"):
+        extract_bits(*lm, text, PROMPT, 8)
+
+
+def test_a_last_token_swapped_for_another_candidate_is_caught_by_the_crc(lm):
+    """The swapped token is a candidate of its step, keeps the tokenization and fixes all bits at the last token:
+    every check but the checksum passes."""
+    model, tokenizer = lm
+    bits = random_bits(24, 5)
+    tokens = embed_tokens(model, tokenizer, bits, PROMPT)
+    total = len(bits) + 16
+    coder = IntervalCoder(model, tokenizer, PROMPT, StegoSettings())
+    fixed: list[int] = []
+    for token_id in tokens[:-1]:
+        token_ids, widths = coder.candidates()
+        fixed += coder.choose(token_ids.index(token_id), token_ids, widths)
+    token_ids, widths = coder.candidates()
+    true_index = token_ids.index(tokens[-1])
+
+    def stream_with(index: int) -> list[int]:
+        low = coder.low + sum(widths[:index])
+        n = shared_prefix_length(low, low + widths[index] - 1, coder.precision)
+        return (fixed + [(low >> (coder.precision - 1 - i)) & 1 for i in range(n)])[:total]
+
+    true_stream = stream_with(true_index)
+    swap = next(
+        i
+        for i in range(len(token_ids))
+        if i != true_index and len(stream_with(i)) == total and stream_with(i) != true_stream
+    )
+    forged = [*tokens[:-1], token_ids[swap]]
+    text = tokenizer.decode(forged, clean_up_tokenization_spaces=False)
+    assert tokenizer(text, add_special_tokens=False)["input_ids"] == forged
+    assert stream_with(swap)[len(bits) :] != checksum_bits(stream_with(swap)[: len(bits)])
+    with pytest.raises(StegoCorruptionError, match="CRC-16"):
+        extract_bits(model, tokenizer, text, PROMPT, len(bits))
+
+
 def test_shared_prefix_length_closed_forms():
     assert shared_prefix_length(0b1010, 0b1011, 4) == 3
     assert shared_prefix_length(0b0111, 0b1000, 4) == 0
@@ -92,8 +146,8 @@ def test_shared_prefix_length_closed_forms():
 
 
 def test_quantized_widths_follow_the_distribution_within_one_unit():
-    """Closed form: each kept width is floor(q_i * R) (+ the remainder on the top token), so |w_i / R - q_i| is
-    at most the dropped mass plus (#kept) / R for the top token and 1 / R for the others."""
+    """Closed form: with K kept tokens each width is floor(q_i * (R - K)) + 1 (+ the remainder, < K, on the top
+    token), so |w_i / R - q_i| is at most the dropped mass plus (1 + K q_i) / R, and 2K / R more for the top token."""
     torch.manual_seed(0)
     logits = torch.randn(500, dtype=torch.float64) * 3
     allowed = torch.ones(500, dtype=torch.bool)
@@ -106,8 +160,9 @@ def test_quantized_widths_follow_the_distribution_within_one_unit():
     kept = q[token_ids]
     dropped = 1 - float(kept.sum())
     error = np.abs(np.asarray(widths) / interval - kept.numpy())
-    assert error[1:].max() <= 1 / interval + dropped + 1e-12
-    assert error[0] <= (len(widths) + 1) / interval + dropped + 1e-12
+    bound = (1 + len(widths) * kept.numpy()) / interval + dropped + 1e-12
+    assert (error[1:] <= bound[1:]).all()
+    assert error[0] <= bound[0] + 2 * len(widths) / interval
 
 
 def test_stego_tokens_are_distributed_as_the_lm_samples(lm):
@@ -186,6 +241,8 @@ def test_bad_input_is_refused(lm):
         extract_bits(*lm, "text", PROMPT, -1)
     with pytest.raises(ValueError, match="temperature=0"):
         StegoSettings(temperature=0)
+    with pytest.raises(ValueError, match="top_k=1 is invalid"):
+        StegoSettings(top_k=1)
     with pytest.raises(ValueError, match="cannot be encoded round-trip"):
         compress(*lm, "hidden <|endoftext|> marker")
     with pytest.raises(ValueError, match="message must be a non-empty string"):

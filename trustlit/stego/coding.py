@@ -228,15 +228,21 @@ def quantized_candidates(
 ) -> tuple[list[int], list[int]]:
     """Candidate tokens (most likely first) and their integer sub-interval widths, summing to ``interval``.
 
-    q = softmax(logits / temperature) over the ``allowed`` tokens; tokens whose width floor(q_i * interval) would
-    be 0 are dropped (q renormalised over the rest); the rounding remainder goes to the most likely token.
+    q = softmax(logits / temperature) over the ``allowed`` tokens; the K tokens with q_i * interval >= 1 are kept,
+    at least 2 (Ziegler's released code) when 2 are allowed, q renormalised over them; width
+    c_i = floor(q_i * (interval - K)) + 1, the rounding remainder on the most likely token. Every width is >= 1, so
+    with 2 or more candidates the chosen sub-interval is strictly smaller than the interval: an interval straddling
+    a bit boundary shrinks until a bit is fixed (with one candidate of the whole width it would never shrink).
     """
+    n_allowed = int(allowed.sum())
+    if n_allowed == 0:
+        raise ValueError("no candidate token is allowed: none of the top-k keeps the tokenization canonical")
     scores = (logits / temperature).masked_fill(~allowed, float("-inf"))
-    order = torch.argsort(scores, descending=True, stable=True)[: int(allowed.sum())]
+    order = torch.argsort(scores, descending=True, stable=True)[:n_allowed]
     q = torch.softmax(scores[order], dim=0)
-    keep = max(1, int((q * interval >= 1).sum()))
+    keep = min(n_allowed, interval, max(2, int((q * interval >= 1).sum())))
     q = q[:keep] / q[:keep].sum()
-    widths = torch.floor(q * interval).long()
+    widths = torch.floor(q * (interval - keep)).long() + 1
     widths[0] += interval - int(widths.sum())
     return order[:keep].tolist(), widths.tolist()
 
@@ -310,8 +316,8 @@ class StegoSettings:
 
 
 def check_stego_settings(top_k: int | None, temperature: float, precision: int) -> None:
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k={top_k!r} is invalid, expected None or an integer >= 1")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 2):  # one candidate fixes no bit: a stall
+        raise ValueError(f"top_k={top_k!r} is invalid, expected None or an integer >= 2")
     if not isinstance(temperature, int | float) or not temperature > 0:
         raise ValueError(f"temperature={temperature!r} is invalid, expected a number > 0")
     if not isinstance(precision, int) or not 8 <= precision <= 62:
@@ -385,7 +391,10 @@ def extract_bits(
                 f"stego text corrupted: all {total} bits were fixed after {step} of its {len(tokens)} tokens "
                 "(tokens were appended or changed)"
             )
-        token_ids, widths = coder.candidates()
+        try:
+            token_ids, widths = coder.candidates()
+        except ValueError as error:  # no canonical candidate: the embedder cannot have reached this context
+            raise StegoCorruptionError(f"stego text corrupted at token {step}: {error}") from error
         if token_id not in token_ids:
             raise StegoCorruptionError(
                 f"stego text corrupted at token {step} ({tokenizer.decode([token_id])!r}): the embedder could not "
