@@ -392,8 +392,9 @@ def scene_rows(
 class DEGaussDefense(AnalysisModule):
     """DEGauss and its baselines on the data module's procedural scenes, each attacked by its instruction through
     the STAND-IN editor's iterative dataset update (module docstring; :mod:`trustlit.protection.editor`). Rows:
-    fidelity PSNR/SSIM from held-out views, the smallest training-view PSNR (the constraint), edit PSNR to the
-    intended edit and edit-direction similarity, protection seconds; printed, in JSON, a PNG and W&B.
+    fidelity PSNR/SSIM from held-out views (not constrained: can fall below ``psnr_floor``), the smallest
+    training-view PSNR (the constraint), edit PSNR to the intended edit and edit-direction similarity, protection
+    seconds, steps undone by the projection; printed, in JSON, a PNG and W&B.
 
     Notes: docs/methods/degauss.md
 
