@@ -43,7 +43,7 @@ from trustlit.protection.scenes import (
     scene_from_item,
     scene_item,
 )
-from trustlit.protection.splatting import camera_ring
+from trustlit.protection.splatting import Gaussians, camera_ring
 
 SIZE = 16
 
@@ -206,7 +206,7 @@ def test_iterative_dataset_update_carries_edits_into_the_scene(tiny):
 
 
 @pytest.mark.slow
-def test_fitted_scene_reproduces_its_views():
+def test_fitted_scene_reproduces_its_views(tmp_path):
     """GaussianSceneFit (64 free Gaussians) on one object's 8 views at 16x16: after 30 Adam steps the training
     views are above 25 dB (the free start is near 12 dB) and the held-out views above 22 dB."""
     torch.manual_seed(0)
@@ -216,7 +216,8 @@ def test_fitted_scene_reproduces_its_views():
     data.setup("fit")
     train, held_out = data.splits["train"], data.splits["held_out"]
     assert psnr(render_views(model.gaussians().detach(), train.cameras, SIZE), train.images).mean() < 15.0
-    quiet_trainer(max_steps=30).fit(model, data)
+    quiet_trainer(max_steps=30, default_root_dir=str(tmp_path)).fit(model, data)
+    assert Gaussians.load(tmp_path / "gaussians.pt").means.shape == (64, 3)  # written where the fit ends
     fitted = model.gaussians().detach()
     assert psnr(render_views(fitted, train.cameras, SIZE), train.images).mean() > 25.0
     assert psnr(render_views(fitted, held_out.cameras, SIZE), held_out.images).mean() > 22.0
