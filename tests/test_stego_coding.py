@@ -167,10 +167,10 @@ def test_quantized_widths_follow_the_distribution_within_one_unit():
 
 def test_stego_tokens_are_distributed_as_the_lm_samples(lm):
     """Ziegler's scheme with uniformly random bits draws each token with probability width / interval, the LM's
-    (top-k, temperature 1) probability up to 2**-precision. Closed form on the quantized widths, then a chi-square
-    goodness of fit of the token that embed_tokens' selection picks for 4000 uniformly random 26-bit message windows
-    against the LM's softmax; false alarm rate 1e-3 (fixed seeds: deterministic). End to end, the first stego token
-    of random bit strings lands among the candidates."""
+    (top-k, temperature 1) probability up to the quantisation error (about K / interval, K candidates). Closed form
+    on the quantized widths, then a chi-square goodness of fit of the token that embed_tokens' selection picks for
+    4000 uniformly random 26-bit message windows against the LM's softmax; false alarm rate 1e-3 (fixed seeds:
+    deterministic). End to end, the first stego token of random bit strings lands among the candidates."""
     model, tokenizer = lm
     coder = IntervalCoder(model, tokenizer, PROMPT, StegoSettings(12, 1.0, 26))
     token_ids, widths = coder.candidates()

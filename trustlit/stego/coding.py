@@ -3,12 +3,14 @@
 **Arithmetic-coding steganography** (Ziegler, Deng, Rush, "Neural Linguistic Steganography", EMNLP 2019). The
 secret bits b_1 b_2 ... are read as a point x in [0, 1). Generation keeps an integer interval [low, high) of
 ``precision`` bits; at each step the LM's next-token distribution, cut to the ``top_k`` tokens and sharpened by the
-``temperature`` tau (q_i ∝ exp(z_i / tau)), is quantized into sub-intervals of width c_i = floor(q_i * (high - low))
-(the remainder goes to the most likely token; tokens with c_i = 0 are dropped); the token whose sub-interval holds x
-is emitted, and the leading bits that ``low`` and ``high - 1`` share are fixed, shifted out and the interval
-rescaled. The receiver replays the same intervals from the tokens and reads the fixed bits back. With uniformly
-random bits (the StegoZip keystream makes them so), ``top_k=None`` and tau = 1, a token is drawn with probability
-c_i / (high - low), the LM's own up to 2**-precision: the stego text is distributed as the model's samples.
+``temperature`` tau (q_i ∝ exp(z_i / tau)), is quantized over the K tokens with q_i * R >= 1 (R = high - low, at
+least 2 tokens) into sub-intervals of width c_i = floor(q_i * (R - K)) + 1 (the remainder goes to the most likely
+token); the token whose sub-interval holds x is emitted, and the leading bits that ``low`` and ``high - 1`` share
+are fixed, shifted out and the interval rescaled. The receiver replays the same intervals from the tokens and reads
+the fixed bits back. With uniformly random bits (the StegoZip keystream makes them so), a token is drawn with
+probability c_i / R, which differs from the top-k, temperature-tau q_i by the quantisation error (about (1 + K q_i)
+/ R, plus the dropped mass), and the canonical-tokenization filter below removes candidates: the stego text is
+close to, not exactly, distributed as the model's samples. No provably secure scheme (Discop) is implemented.
 
 Beyond the paper, so that a modified text fails loudly instead of decoding to garbage: a CRC-16 of the bits is
 embedded after them; every token must be one the embedder could have emitted (in the quantized candidate set, and
@@ -19,6 +21,8 @@ are excluded on both sides); the last token must be the one that fixed the last 
 compression coding, Jiang et al. 2025). The message's tokens w_1..w_s, then the end-of-text token, are replaced
 by their ranks r_t = #{v : p(v | w_<t) > p(w_t | w_<t)} (ties by token id) under the LM, and the ranks are
 range-coded by ``constriction`` under a fixed Zipf prior P(r) ∝ (r + 1)^-s (s = ``exponent``) over the vocabulary.
+``decompress`` has no integrity check of its own: corrupted data decodes to some other text (the stego CRC covers
+the StegoZip path, bits -> stego text -> bits).
 
 Both coders run the LM one token at a time with its key/value cache, in the same order on both sides, so sender
 and receiver compute bit-identical distributions (on the same software and hardware: LM steganography needs that).
@@ -174,7 +178,10 @@ def decompress(
     exponent: float = DEFAULT_RANK_EXPONENT,
     max_tokens: int = MAX_STEGO_TOKENS,
 ) -> str:
-    """The message :func:`compress` turned into ``data``, with the same model, tokenizer, prefix and exponent."""
+    """The message :func:`compress` turned into ``data``, with the same model, tokenizer, prefix and exponent.
+
+    No integrity check: other data decodes to some other text (or to no end of message within ``max_tokens``).
+    """
     if not isinstance(data, bytes | bytearray):
         raise ValueError(f"data must be bytes, got {type(data).__name__}")
     vocab_size = int(model.get_output_embeddings().weight.shape[0])

@@ -264,7 +264,9 @@ class StegoZipCodec:
     """The end-to-end StegoZip pipeline: message -> pruned -> bits -> stego text -> bits -> pruned -> restored.
 
     ``restorer`` (R) prunes, self-checks, rank-codes and restores; ``generator`` writes the stego text.
-    ``reference_info`` is Ī(D) of the restorer's training texts (None: no adaptation).
+    ``reference_info`` is Ī(D) of the restorer's training texts (None: no adaptation). ``key`` is the shared secret
+    of the keystream mask: set your own (the default is public, so it only whitens the bits). The stream has no
+    per-message nonce: every message is masked by the same keystream, so two messages under one key leak their XOR.
     """
 
     restorer: tuple[PreTrainedModel, PreTrainedTokenizerBase]
