@@ -12,6 +12,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "trustlit.protection.availability": [
             "PROTECTIONS",
             "AutoregressivePerturbation",
+            "ClasswiseErrorMinimizingNoise",
             "ErrorMinimizingNoise",
             "LinearSeparablePerturbation",
             "OnePixelShortcut",
