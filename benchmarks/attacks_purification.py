@@ -252,7 +252,10 @@ baseline (the paper, CIFAR-10: 92.9-94.0 vs 94.0 clean).
 
 {table(leak_header, leak_rows)}
 
-### Purification time (ms per image, mean over protections and seeds, 1 thread)
+### Purification time (ms per image, mean over protections and seeds)
+
+Each seed's time is cached with its results, so it was measured by the run that computed that seed (its thread
+count and machine load); compare methods within this table, not across runs.
 
 {table(["method", "ms / image"], time_rows, "lr")}
 """
