@@ -10,6 +10,7 @@ import torch
 from helpers import quiet_trainer
 
 import trustlit.protection.degauss as degauss_module
+from trustlit.metrics.images import psnr
 from trustlit.protection.degauss import (
     DEGaussConfig,
     DEGaussDefense,
@@ -37,7 +38,6 @@ from trustlit.protection.scenes import (
     SceneViewsDataModule,
     apply_edit,
     procedural_scene,
-    psnr,
     render_views,
     ring_views,
     scene_from_item,

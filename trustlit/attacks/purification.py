@@ -54,6 +54,7 @@ from trustlit.hparams import (
     check_arguments,
     plain_numbers,
 )
+from trustlit.metrics.images import psnr
 
 Denoiser = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (x_t, t [B], x_T) -> x_0 estimate
 
@@ -286,10 +287,9 @@ class PairedUNetPurifier(L.LightningModule, Purifier):
 
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         purified = self.purify(batch["protected"])
-        mse = (purified - batch["clean"]).pow(2).flatten(1).mean(1)
         size = batch["clean"].shape[0]
-        self.log("test/mse", mse.mean(), batch_size=size)
-        self.log("test/psnr", (10 * torch.log10(1 / mse.clamp_min(1e-10))).mean(), batch_size=size)
+        self.log("test/mse", (purified - batch["clean"]).pow(2).mean(), batch_size=size)
+        self.log("test/psnr", psnr(purified, batch["clean"]).mean(), batch_size=size)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.unet.parameters(), lr=self.hparams.lr, weight_decay=0.0)

@@ -7,6 +7,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
     {
         "trustlit.audit.mia": ["roc_auc", "roc_curve", "tpr_at_fpr"],
         "trustlit.metrics.classification": ["log_accuracy"],
+        "trustlit.metrics.images": ["psnr"],
         "trustlit.metrics.muse": [
             "knowmem",
             "min_k_scores",

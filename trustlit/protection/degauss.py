@@ -53,6 +53,7 @@ from trustlit.hparams import (
     check_arguments,
     plain_numbers,
 )
+from trustlit.metrics.images import psnr
 from trustlit.paths import existing_file
 from trustlit.protection.editor import (
     Editor,
@@ -61,7 +62,7 @@ from trustlit.protection.editor import (
     iterative_dataset_update,
     train_editor,
 )
-from trustlit.protection.scenes import PALETTE, Edit, ProceduralScene, apply_edit, psnr, render_views, scene_from_item
+from trustlit.protection.scenes import PALETTE, Edit, ProceduralScene, apply_edit, render_views, scene_from_item
 from trustlit.protection.splatting import Camera, Gaussians, render
 
 PERTURBED = ("colours", "opacity_logits", "means")

@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from trustlit.hparams import NonNegativeInt, PositiveFloat, PositiveInt, check_arguments, plain_numbers
+from trustlit.metrics.images import psnr
 from trustlit.protection.splatting import ATTRIBUTES, Camera, Gaussians, camera_ring, render
 
 PALETTE = {
@@ -170,15 +171,6 @@ def ring_views(views: int, held_out: bool = False, radius: float = 2.7, height: 
 def render_views(gaussians: Gaussians, cameras: list[Camera], image_size: int) -> torch.Tensor:
     """Renders [V, 3, H, W] of ``gaussians`` from every camera."""
     return torch.stack([render(gaussians, camera, image_size) for camera in cameras])
-
-
-def psnr(images: torch.Tensor, references: torch.Tensor, peak: float = 1.0) -> torch.Tensor:
-    """Peak signal-to-noise ratio 10 log10(peak² / MSE) in dB, per leading index (one value for [3, H, W])."""
-    if images.shape != references.shape:
-        raise ValueError(f"psnr: shapes differ, {list(images.shape)} vs {list(references.shape)}")
-    squared = (images - references) ** 2
-    mse = squared.flatten(start_dim=images.ndim - 3).mean(-1) if images.ndim > 3 else squared.mean()
-    return 10 * torch.log10(peak**2 / mse.clamp_min(1e-12))
 
 
 def initial_gaussians(count: int, seed: int, extent: float = 1.2) -> Gaussians:
