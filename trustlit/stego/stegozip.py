@@ -43,8 +43,8 @@ from trustlit.finetune import CausalLMFineTuning
 from trustlit.hparams import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_arguments
 from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.module import LRSchedule
-from trustlit.llm.prompts import format_qa, resolve_prompt_format, stop_token_ids
-from trustlit.llm.scoring import evaluating
+from trustlit.llm.prompts import IGNORE_INDEX, format_qa, resolve_prompt_format, stop_token_ids
+from trustlit.llm.scoring import evaluating, token_nll
 from trustlit.stego.coding import (
     StegoSettings,
     bits_to_bytes,
@@ -110,10 +110,11 @@ def token_self_information(
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     context = context_ids(tokenizer, prefix)
     ids = torch.tensor([context + encoded["input_ids"]], device=next(model.parameters()).device)
+    labels = ids.clone()
+    labels[:, : len(context)] = IGNORE_INDEX  # the prefix is conditioned on, not scored
     with evaluating(model):
-        logits = model(input_ids=ids).logits[0, len(context) - 1 : -1].double()
-    info = -torch.log_softmax(logits, -1).gather(1, ids[0, len(context) :, None])[:, 0]
-    return info.cpu().numpy(), list(encoded["offset_mapping"])
+        info = token_nll(model(input_ids=ids).logits, labels)[0, len(context) - 1 :]
+    return info.double().cpu().numpy(), list(encoded["offset_mapping"])
 
 
 def word_self_information(
