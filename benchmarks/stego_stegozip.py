@@ -99,11 +99,9 @@ def train_restorer(size: dict[str, Any], sources: list[str], directory: Path) ->
 
 def message_bits(coding: str, message: str, base: tuple, codec: Any) -> tuple[list[int], dict[str, Any]]:
     """The keystream-masked bits of ``message`` under ``coding``, and what the coding reports."""
-    from trustlit.stego.coding import bytes_to_bits, compress
-    from trustlit.stego.stegozip import xor_bits
+    from trustlit.stego.coding import compress
 
     began = time.perf_counter()
-    extra: dict[str, Any] = {}
     if coding == "raw UTF-8":
         data = message.encode()
     elif coding == "zlib":
@@ -113,19 +111,18 @@ def message_bits(coding: str, message: str, base: tuple, codec: Any) -> tuple[li
     else:
         checked, bits = codec.compress(message)
         return bits, {"checked": checked, "compress_s": time.perf_counter() - began}
-    return xor_bits(bytes_to_bits(data), codec.key), {**extra, "compress_s": time.perf_counter() - began}
+    return codec.mask(data), {"compress_s": time.perf_counter() - began}
 
 
 def decode_bits(coding: str, bits: list[int], base: tuple, codec: Any) -> dict[str, Any]:
     """Undo :func:`message_bits` (after extraction)."""
-    from trustlit.stego.coding import bits_to_bytes, decompress
-    from trustlit.stego.stegozip import xor_bits
+    from trustlit.stego.coding import decompress
 
     began = time.perf_counter()
     if coding == "StegoZip":
         _, restored = codec.decompress(bits)
         return {"restored": restored, "decode_s": time.perf_counter() - began}
-    data = bits_to_bytes(xor_bits(bits, codec.key))
+    data = codec.unmask(bits)
     text = {"raw UTF-8": lambda: data.decode(), "zlib": lambda: zlib.decompress(data).decode(),
             "rank coding": lambda: decompress(*base, data)}[coding]()  # fmt: skip
     return {"restored": text, "decode_s": time.perf_counter() - began}

@@ -280,16 +280,23 @@ class StegoZipCodec:
     settings: StegoSettings = field(default_factory=StegoSettings)
     max_new_tokens: int = 256
 
+    def mask(self, data: bytes) -> list[int]:
+        """The bits of ``data`` XORed with the keystream of ``key`` (what gets embedded)."""
+        return xor_bits(bytes_to_bits(data), self.key)
+
+    def unmask(self, bits: Sequence[int]) -> bytes:
+        """The bytes that :meth:`mask` turned into ``bits``."""
+        return bits_to_bytes(xor_bits(bits, self.key))
+
     def compress(self, message: str) -> tuple[str, list[int]]:
         """The self-checked pruned message and its keystream-masked rank-code bits."""
         pruned = prune(*self.restorer, message, alpha=self.alpha, eta=self.eta, reference_info=self.reference_info)
         checked = self_check(*self.restorer, pruned, max_new_tokens=self.max_new_tokens)
-        data = compress(*self.restorer, checked, prefix=compression_prefix(self.restorer[1]))
-        return checked, xor_bits(bytes_to_bits(data), self.key)
+        return checked, self.mask(compress(*self.restorer, checked, prefix=compression_prefix(self.restorer[1])))
 
     def decompress(self, bits: Sequence[int]) -> tuple[str, str]:
         """The checked pruned message and the restored message from the masked bits."""
-        data = bits_to_bytes(xor_bits(bits, self.key))
+        data = self.unmask(bits)
         checked = decompress(*self.restorer, data, prefix=compression_prefix(self.restorer[1]))
         return checked, restore(*self.restorer, checked, max_new_tokens=self.max_new_tokens)
 
