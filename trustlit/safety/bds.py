@@ -22,9 +22,18 @@ loss is above the weighted batch term loses weight. Two schedulers:
   model being fine-tuned.
 
 ``entropy_weight`` lambda_H adds lambda_H * sum_i p_i log p_i (p = w / n, over the softmax's
-support: the mixture for ``scalar``, the batch for ``neural``) to S; ``langevin_temperature`` T > 0
-follows every scheduler update by z <- z + sqrt(2 * lr * T) * xi, xi ~ N(0, I) (on f's parameters
-for ``neural``), sampling the weights' posterior at temperature T. Both default to 0, as released.
+support: the mixture for ``scalar``, the batch for ``neural``) to S. Both default to 0, as released.
+
+Posterior sampling (the paper's SGLD; the released code only optimises). The scheduler's energy is S
+on the dataset scale plus a Gaussian log-prior on its parameters phi (z, or f's weights):
+
+    U(phi) = N * S(phi) + ||phi||^2 / (2 sigma^2)          (sigma = ``scheduler_prior_std``; None: flat)
+
+``langevin_temperature`` T = 0 (default, released) minimises U / N with AdamW (= S when there is no
+prior). T > 0 samples p(phi) ∝ exp(-U / T) with preconditioned SGLD (Li et al. 2016,
+:class:`~trustlit.safety.updates.PSGLD`; step size ``scheduler_lr``, no gradient clipping, the
+Gamma correction dropped): T = 1 is the posterior, T < 1 a sharpened one. Its drift per step is
+about lr * N / 2 per coordinate, so a pSGLD lr is about 1/N of an AdamW one.
 
 Released defaults: scheduler AdamW lr 5e-3, betas (0.9, 0.95), no weight decay, gradient norm
 clipped at 10; model lr 1e-5. The weights are logged every epoch and saved with the checkpoint
@@ -35,6 +44,7 @@ Notes: docs/methods/bds.md (differences from the released code, our choices)
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import torch
@@ -47,7 +57,8 @@ from trustlit.llm.scoring import eval_mode, sequence_logprobs_from_logits
 from trustlit.metrics.safety import weight_auroc
 from trustlit.safety.base import ManualStepMixin, SafetyModule
 from trustlit.safety.updates import (
-    add_langevin_noise,
+    PSGLD,
+    dataset_energy,
     negative_entropy,
     schedule_weights,
     weighted_finetune_loss,
@@ -97,13 +108,17 @@ class BDS(ManualStepMixin, SafetyModule):
 
     Args:
         scheduler: ``scalar`` (one logit per sample) or ``neural`` (amortized, transfers to new data).
-        scheduler_lr: lr of the scheduler's AdamW (released: 5e-3).
+        scheduler_lr: lr of the scheduler's AdamW (released: 5e-3), or pSGLD's step size when T > 0.
         scheduler_grad_clip: gradient-norm clip of the scheduler step (released: 10).
-        langevin_temperature: T of the Langevin noise on scheduler updates; 0 is deterministic.
+        langevin_temperature: T; 0 optimises the scheduler with AdamW (released), T > 0 samples
+            exp(-U / T) with pSGLD (T = 1: the posterior).
+        scheduler_prior_std: sigma of the N(0, sigma^2) prior on the scheduler's parameters in U
+            (None: flat, as released).
         entropy_weight: lambda_H, weight of the negative entropy of the weights in the scheduler loss.
         neural_hidden_size: width of the neural scheduler's MLP.
         num_samples: N, the size of the fine-tuning mixture; read from the data module's
-            ``finetune_size`` at fit when not given (and then saved in the hyperparameters).
+            ``finetune_size`` at fit when not given (and then saved in the hyperparameters). The
+            scalar scheduler needs it, the neural one for U (T > 0 or a prior).
         Other arguments: see :class:`~trustlit.CausalLMModule` (lr defaults to the released 1e-5).
     """
 
@@ -116,6 +131,7 @@ class BDS(ManualStepMixin, SafetyModule):
         scheduler_lr: PositiveFloat = 5e-3,
         scheduler_grad_clip: PositiveFloat = 10.0,
         langevin_temperature: NonNegativeFloat = 0.0,
+        scheduler_prior_std: PositiveFloat | None = None,
         entropy_weight: NonNegativeFloat = 0.0,
         neural_hidden_size: PositiveInt = 64,
         num_samples: PositiveInt | None = None,
@@ -125,6 +141,8 @@ class BDS(ManualStepMixin, SafetyModule):
         if scheduler not in ("scalar", "neural"):
             raise ValueError(f"scheduler must be 'scalar' or 'neural', got '{scheduler}'")
         check_arguments(BDS.__init__, locals())
+        if not math.isfinite(langevin_temperature):
+            raise ValueError(f"BDS: langevin_temperature={langevin_temperature!r} is invalid, expected a finite number")
         super().__init__(lm, lr=lr, **kwargs)
         self.data_scheduler: ScalarScheduler | NeuralScheduler | None = None
         if scheduler == "neural":
@@ -134,18 +152,33 @@ class BDS(ManualStepMixin, SafetyModule):
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
-        if stage == "fit" and self.data_scheduler is None:
+        if stage != "fit":
+            return
+        if self.hparams.num_samples is None:
             size = getattr(self.trainer.datamodule, "finetune_size", None)
-            if size is None:
-                raise ValueError("BDS with scheduler='scalar' needs num_samples, or a data module with finetune_size")
-            self.hparams["num_samples"] = int(size)
-            self.data_scheduler = ScalarScheduler(int(size)).to(self.device)
+            if size is not None:
+                self.hparams["num_samples"] = int(size)
+        if self.hparams.num_samples is None and (self.data_scheduler is None or self.uses_energy):
+            raise ValueError(
+                f"BDS(scheduler='{self.hparams.scheduler}', langevin_temperature={self.hparams.langevin_temperature}, "
+                f"scheduler_prior_std={self.hparams.scheduler_prior_std}) needs num_samples (N), or a data module "
+                "with finetune_size"
+            )
+        if self.data_scheduler is None:
+            self.data_scheduler = ScalarScheduler(self.hparams.num_samples).to(self.device)
+
+    @property
+    def uses_energy(self) -> bool:
+        """Whether the scheduler step needs U on the dataset scale (pSGLD, or a prior)."""
+        return self.hparams.langevin_temperature > 0 or self.hparams.scheduler_prior_std is not None
 
     def configure_optimizers(self) -> tuple[list[torch.optim.Optimizer], list[dict[str, Any]]]:
         model = super().configure_optimizers()
-        scheduler_optimizer = torch.optim.AdamW(
-            self.data_scheduler.parameters(), lr=self.hparams.scheduler_lr, betas=(0.9, 0.95), weight_decay=0.0
-        )
+        hp, params = self.hparams, self.data_scheduler.parameters()
+        if hp.langevin_temperature > 0:
+            scheduler_optimizer = PSGLD(params, hp.scheduler_lr, hp.langevin_temperature, hp.num_samples)
+        else:
+            scheduler_optimizer = torch.optim.AdamW(params, lr=hp.scheduler_lr, betas=(0.9, 0.95), weight_decay=0.0)
         return [model["optimizer"], scheduler_optimizer], [model["lr_scheduler"]]
 
     def forward_with_features(self, part: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,14 +212,12 @@ class BDS(ManualStepMixin, SafetyModule):
             support = self.data_scheduler.all_weights() if isinstance(self.data_scheduler, ScalarScheduler) else weights
             scheduler_loss = scheduler_loss + self.hparams.entropy_weight * negative_entropy(support)
         scheduler_optimizer.zero_grad(set_to_none=True)
-        self.manual_backward(scheduler_loss)
-        nn.utils.clip_grad_norm_(self.data_scheduler.parameters(), self.hparams.scheduler_grad_clip)
+        self.manual_backward(self.scheduler_objective(scheduler_loss))
+        if self.hparams.langevin_temperature == 0:  # clipping would change pSGLD's drift, not its noise
+            nn.utils.clip_grad_norm_(self.data_scheduler.parameters(), self.hparams.scheduler_grad_clip)
         # the wrapped torch optimizer: Lightning counts every LightningOptimizer.step as a global step,
         # and a training step of BDS is one step (max_steps, lr schedules and logging count model steps)
         scheduler_optimizer.optimizer.step()
-        add_langevin_noise(
-            list(self.data_scheduler.parameters()), self.hparams.scheduler_lr, self.hparams.langevin_temperature
-        )
 
         terms = {
             "loss": loss,
@@ -197,6 +228,16 @@ class BDS(ManualStepMixin, SafetyModule):
         }
         self.log_terms(terms, losses.size(0))
         return loss.detach()
+
+    def scheduler_objective(self, scheduler_loss: torch.Tensor) -> torch.Tensor:
+        """What the scheduler step descends: U for pSGLD (T > 0), U / N for AdamW (S itself without a prior)."""
+        hp = self.hparams
+        if not self.uses_energy:
+            return scheduler_loss
+        energy = dataset_energy(
+            scheduler_loss, list(self.data_scheduler.parameters()), hp.num_samples, hp.scheduler_prior_std
+        )
+        return energy if hp.langevin_temperature > 0 else energy / hp.num_samples
 
     @torch.no_grad()
     def score(self, part: dict[str, Any]) -> torch.Tensor:

@@ -3,12 +3,14 @@
 A "gradient" here is a list of tensors, one per trainable parameter, in the order of the
 parameter list it was taken for; norms are global over the whole list (one norm over every
 trainable parameter, as the released code of Panacea, Booster and Vaccine computes it).
-The LightningModules in :mod:`trustlit.safety` wire these rules to batches.
+The LightningModules in :mod:`trustlit.safety` wire these rules to batches; :class:`PSGLD` is
+BDS's posterior sampler for the scheduler.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -113,12 +115,70 @@ def negative_entropy(weights: torch.Tensor) -> torch.Tensor:
     return (p * torch.log(p.clamp(min=torch.finfo(p.dtype).tiny))).sum()
 
 
-def add_langevin_noise(params: Sequence[torch.Tensor], lr: float, temperature: float) -> None:
-    """theta <- theta + sqrt(2 * lr * T) * xi, xi ~ N(0, I): the Langevin term that turns the
-    scheduler's descent into posterior sampling at temperature T (T = 0: no noise)."""
-    if temperature == 0:
-        return
-    scale = (2.0 * lr * temperature) ** 0.5
-    with torch.no_grad():
-        for p in params:
-            p.add_(torch.randn_like(p), alpha=scale)
+def dataset_energy(
+    batch_mean_loss: torch.Tensor, params: Sequence[torch.Tensor], dataset_size: int, prior_std: float | None
+) -> torch.Tensor:
+    """U = N * batch_mean_loss + sum ||phi||^2 / (2 * sigma^2): the negative log-posterior (up to a constant)
+    whose gradient is unbiased for the whole dataset's, with a N(0, sigma^2 I) prior on ``params``
+    (``prior_std`` None: a flat prior). A batch mean alone gives a sampler's temperature no likelihood
+    scale: exp(-mean / T) is the posterior only at T = 1 / N."""
+    energy = dataset_size * batch_mean_loss
+    if prior_std is not None:
+        energy = energy + sum(p.float().pow(2).sum() for p in params) / (2 * prior_std**2)
+    return energy
+
+
+class PSGLD(torch.optim.Optimizer):
+    """Preconditioned SGLD (Li, Chen, Carlson & Carin, AAAI 2016) sampling p(theta) ∝ exp(-U(theta) / T).
+
+    ``p.grad`` must hold grad U, the gradient of the energy on the dataset scale (N x the batch-mean
+    loss, plus the negative log-prior). Per step, elementwise:
+
+        V <- alpha * V + (1 - alpha) * (grad U / N)^2      (the per-sample-scale gradient, as in the paper)
+        G = 1 / (eps + sqrt(V))                              (the RMSprop preconditioner)
+        theta <- theta - (lr / 2) * G * grad U + sqrt(lr * G * T) * xi,   xi ~ N(0, I)
+
+    The paper's correction term Gamma (the divergence of G) is dropped, as its experiments drop it:
+    G changes slowly for alpha near 1, and the bias it leaves vanishes with lr. T = 0 is the
+    deterministic preconditioned descent step (no noise is drawn). Noise comes from torch's global
+    generator, so ``seed_everything`` fixes the chain.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: float,
+        temperature: float,
+        dataset_size: int,
+        alpha: float = 0.99,
+        eps: float = 1e-5,
+    ) -> None:
+        checks = {
+            "lr": (lr, lr > 0, "a number > 0"),
+            "temperature": (temperature, temperature >= 0, "a number >= 0"),
+            "dataset_size": (dataset_size, dataset_size >= 1, "an integer >= 1"),
+            "alpha": (alpha, 0 <= alpha < 1, "a number in [0, 1)"),
+            "eps": (eps, eps > 0, "a number > 0"),
+        }
+        for name, (value, valid, expected) in checks.items():
+            if not (valid and math.isfinite(value)):
+                raise ValueError(f"PSGLD: {name}={value!r} is invalid, expected {expected}")
+        defaults = {"lr": lr, "temperature": temperature, "dataset_size": dataset_size, "alpha": alpha, "eps": eps}
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure: None = None) -> None:
+        for group in self.param_groups:
+            lr, temperature, alpha = group["lr"], group["temperature"], group["alpha"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["square_avg"] = torch.zeros_like(p)
+                square_avg = state["square_avg"]
+                square_avg.mul_(alpha).addcmul_(p.grad, p.grad, value=(1 - alpha) / group["dataset_size"] ** 2)
+                preconditioner = 1.0 / (group["eps"] + square_avg.sqrt())
+                p.addcmul_(preconditioner, p.grad, value=-lr / 2)
+                if temperature > 0:
+                    p.add_(torch.randn_like(p) * (lr * temperature * preconditioner).sqrt())
