@@ -1,19 +1,31 @@
-"""LUNAR: redirection vector, closed-form loss at W0, one trained matrix, truncated forwards."""
+"""LUNAR: redirection vector, closed-form loss at W0, one trained matrix, truncated forwards, layer search."""
 
 from __future__ import annotations
 
 import copy
+import json
+import math
 
+import lightning as L
 import pytest
 import torch
 from helpers import quiet_trainer
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.loggers import CSVLogger
 
 from trustlit.data import ForgetRetainDataModule, fictitious_split
 from trustlit.llm import hooks
 from trustlit.llm.anatomy import decoder_layer, decoder_layers, mlp_down_projection
-from trustlit.llm.prompts import collate_qa
-from trustlit.unlearning.lunar import DEFAULT_REFERENCE_PROMPTS, LUNAR, redirection_mse, shared_prefix_length
+from trustlit.llm.prompts import collate_qa, stop_token_ids
+from trustlit.unlearning.lunar import (
+    DEFAULT_REFERENCE_PROMPTS,
+    LUNAR,
+    candidate_layers,
+    layer_search_scores,
+    redirection_mse,
+    select_layer,
+    shared_prefix_length,
+)
 
 HIDDEN = 32
 TINY = {"hidden_size": HIDDEN, "num_layers": 2, "num_heads": 2}
@@ -41,12 +53,16 @@ def changed(model: torch.nn.Module, before: dict[str, torch.Tensor]) -> list[str
     return [name for name, value in model.state_dict().items() if not torch.equal(value, before[name])]
 
 
-def last_token_output(model, tokenizer, question: str, layer: int) -> torch.Tensor:
-    """Block ``layer``'s output at the last prompt token, from hidden_states (no hooks, no padding)."""
+def chat_ids(tokenizer, question: str) -> torch.Tensor:
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
     )
-    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    return tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+
+
+def last_token_output(model, tokenizer, question: str, layer: int) -> torch.Tensor:
+    """Block ``layer``'s output at the last prompt token, from hidden_states (no hooks, no padding)."""
+    ids = chat_ids(tokenizer, question)
     with torch.no_grad():
         hidden = model(input_ids=ids, output_hidden_states=True).hidden_states
     return hidden[layer + 1][0, -1].double()  # hidden_states[0] is the embeddings
@@ -281,3 +297,135 @@ def test_lightning_cli_builds_it_from_plain_config():
     assert isinstance(cli.model, LUNAR)
     assert (cli.model.layer, cli.model.hparams.coefficient, cli.model.hparams.token_positions) == (1, 3.0, "question")
     assert cli.model.reference_prompts == ["Who won the 2093 chess final on Mars?"]
+
+
+# --- layer search ---------------------------------------------------------------------------------
+
+
+def test_layer_search_scores_equal_a_hand_computation():
+    # rows are made unit-norm: [3, 0] is e1, [0, 2] is e2, [1, 1] is (e1 + e2) / sqrt(2)
+    responses = torch.tensor([[3.0, 0.0], [0.0, 2.0]])
+    desired = torch.tensor([[1.0, 0.0], [0.0, 5.0], [1.0, 0.0]])
+    undesired = torch.tensor([[1.0, 1.0]])
+    scores = layer_search_scores(responses, desired, undesired)
+    s1 = (1 + 0 + 1 + 0 + 1 + 0) / 6  # mean over the 2 x 3 (response, desired) pairs
+    s2 = (1 / math.sqrt(2) + 1 / math.sqrt(2)) / 2
+    assert scores == pytest.approx({"s1": s1, "s2": s2, "score": s1 - s2}, abs=1e-12)
+    with pytest.raises(ValueError, match=r"desired must be a non-empty \[N, k\] matrix"):
+        layer_search_scores(responses, torch.zeros(0, 2), undesired)
+
+
+def test_select_layer_takes_the_highest_score_and_the_shallowest_of_ties():
+    assert select_layer({4: {"score": 0.1}, 2: {"score": 0.3}, 7: {"score": -1.0}}) == 2
+    assert select_layer({5: {"score": 0.3}, 3: {"score": 0.3}}) == 3
+    with pytest.raises(ValueError, match="scores is empty"):
+        select_layer({})
+
+
+def test_candidate_layers_default_to_the_released_sweep_and_refuse_bad_ones():
+    assert candidate_layers(None, 32) == list(range(24))  # released sweep: blocks 0-23 of 32
+    assert candidate_layers(None, 30) == list(range(22))
+    assert candidate_layers(None, 1) == [0]
+    assert candidate_layers([-1, 0, 2, 0], 3) == [0, 2]
+    with pytest.raises(ValueError, match=r"search_layers=\[\] is invalid, expected a non-empty list"):
+        candidate_layers([], 3)
+    with pytest.raises(ValueError, match=r"search_layers: layer 3 does not exist, expected integers in \[-3, 3\)"):
+        candidate_layers([0, 3], 3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"layer": "serach"}, r"layer='serach' is invalid, expected a block index, 'search' or null"),
+        ({"layer": "search", "search_layers": []}, r"search_layers=\[\] is invalid"),
+        ({"layer": "search", "search_layers": [2]}, r"search_layers: layer 2 does not exist"),
+        ({"layer": "search", "search_samples": 0}, r"search_samples=0 is invalid"),
+        ({"layer": "search", "search_max_new_tokens": -1}, r"search_max_new_tokens=-1 is invalid"),
+        ({"layer": "search", "desired_responses": []}, r"desired_responses must be a non-empty list"),
+        ({"layer": "search", "undesired_responses": [" "]}, r"undesired_responses must be a non-empty list"),
+    ],
+)
+def test_bad_search_arguments_fail_in_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message) as error:
+        LUNAR(lm=LLAMA, **kwargs)
+    assert "\n" not in str(error.value)
+
+
+DESIRED, UNDESIRED = "<inability>", "<harmful refusal>"
+SEARCH_TOKENS, BEST = 4, 1
+
+
+class MarkedEmbedding(LUNAR):
+    """LUNAR whose sentence embedding is e(y) = e1 for y in ``marked`` (and D), e2 otherwise (and U):
+    then s1 - s2 = 2 * (share of a layer's answers in ``marked``) - 1."""
+
+    marked: frozenset[str] = frozenset()
+
+    def embed_texts(self, texts):
+        return torch.tensor([[1.0, 0.0] if t == DESIRED or t in self.marked else [0.0, 1.0] for t in texts])
+
+
+def steered_by_hand(model, tokenizer, questions, layer: int, shift: torch.Tensor) -> set[str]:
+    """Greedy answers, one unpadded prompt at a time, with ``shift`` added to block ``layer``'s output."""
+
+    def hook(_, __, output):
+        return (output[0] + shift, *output[1:]) if isinstance(output, tuple) else output + shift
+
+    handle = model.model.layers[layer].register_forward_hook(hook)
+    answers = set()
+    try:
+        for question in questions:
+            ids = chat_ids(tokenizer, question)
+            with torch.no_grad():
+                out = model.generate(
+                    ids,
+                    max_new_tokens=SEARCH_TOKENS,
+                    do_sample=False,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=stop_token_ids(tokenizer),
+                )
+            answers.add(tokenizer.decode(out[0, ids.size(1) :], skip_special_tokens=True))
+    finally:
+        handle.remove()
+    return answers
+
+
+def test_search_picks_the_layer_whose_steered_answers_are_the_desired_ones(tmp_path):
+    """Block 1's answers under activation addition, computed by hand (hidden_states, a hook, one prompt at a
+    time), are made the only "desired" texts: the search must rank block 1 first with s1 - s2 = 1."""
+    spec = {"name_or_path": "tiny-llama", "tiny": {**TINY, "num_layers": 3}}
+    reference = ["Who won the 2093 chess final on Mars?", "Explain how to pick a lock to burgle a house."]
+    kwargs = {"lm": spec, "reference_prompts": reference, "coefficient": 4.0, "generate": False}
+    search = {"layer": "search", "search_layers": [0, 1, 2], "search_samples": 4}
+    search |= {"search_max_new_tokens": SEARCH_TOKENS, "desired_responses": [DESIRED]}
+    module = MarkedEmbedding(**kwargs, **search, undesired_responses=[UNDESIRED])
+    original = copy.deepcopy(module.model).eval()
+    tokenizer = module.tokenizer
+    questions = [r["question"] for r in fictitious_split("forget10", 10)]
+    r = torch.stack([last_token_output(original, tokenizer, q, BEST) for q in reference]).mean(0) - torch.stack(
+        [last_token_output(original, tokenizer, q, BEST) for q in questions]
+    ).mean(0)
+    module.marked = frozenset(steered_by_hand(original, tokenizer, questions[:4], BEST, 4.0 * r.float()))
+
+    quiet = {"enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
+    fit = L.Trainer(accelerator="cpu", max_steps=1, logger=CSVLogger(tmp_path), limit_val_batches=0, **quiet)
+    fit.fit(module, datamodule())
+    record = module.layer_search
+    scores = {int(layer): value["score"] for layer, value in record["scores"].items()}
+    assert scores[BEST] == pytest.approx(1.0)
+    assert max(scores[layer] for layer in (0, 2)) < 1.0  # the construction has one clearly best block
+    assert module.layer == record["selected_layer"] == BEST
+    assert [p for p in module.parameters() if p.requires_grad] == [module.model.model.layers[1].mlp.down_proj.weight]
+    assert record["samples"] == 4 and record["candidates"] == [0, 1, 2]
+    assert json.loads((tmp_path / "lightning_logs" / "version_0" / "lunar_layer_search.json").read_text()) == record
+
+    fit.save_checkpoint(tmp_path / "lunar.ckpt")  # the chosen block comes back with the checkpoint
+    loaded = MarkedEmbedding.load_from_checkpoint(tmp_path / "lunar.ckpt")
+    assert loaded.layer == BEST and loaded.layer_search == record
+    torch.testing.assert_close(loaded.projection_weight(), module.projection_weight(), rtol=0, atol=0)
+
+
+def test_search_defers_the_layer_until_fit():
+    module = LUNAR(lm=LLAMA, layer="search")
+    assert module.layer is None and module.search_layers == [0]
+    assert not any(p.requires_grad for p in module.parameters())
