@@ -1,5 +1,5 @@
-"""Attention-Shifting: its pure functions against hand-computed values, then the module on a tiny
-Llama fine-tuned on the fictitious corpus."""
+"""Attention-Shifting: its pure functions against hand-computed values, then the module (both modes)
+on a tiny Llama fine-tuned on the fictitious corpus."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from torch.utils.data import DataLoader
 
 from trustlit import CausalLMFineTuning, CausalLMSpec
 from trustlit.data import FictitiousConfig, ForgetRetainDataModule, QADataModule
-from trustlit.llm.prompts import IGNORE_INDEX
+from trustlit.llm.loading import build_tokenizer
+from trustlit.llm.prompts import IGNORE_INDEX, collate_qa, encode_qa
 from trustlit.llm.scoring import sequence_logprobs
 from trustlit.unlearning.attention_shifting import (
     ADAPTER_NAME,
@@ -23,9 +24,14 @@ from trustlit.unlearning.attention_shifting import (
     attention_mass,
     attention_received,
     importance_scores,
+    released_suppression_target,
     shift_weights,
     shifted_attention,
+    softmax_kl,
+    token_char_spans,
+    token_tags,
     top_fraction_mask,
+    universal_tags,
 )
 from trustlit.unlearning.losses import token_mean_nll
 
@@ -142,6 +148,113 @@ def test_attention_mass_averages_the_mass_on_masked_keys_over_answer_rows():
     assert mass.item() == pytest.approx((0.4 + 0.8) / 2)
 
 
+# -- paper mode: part-of-speech masks and the released losses ----------------------------------------
+
+
+def test_universal_tags_map_penn_tags_and_tell_auxiliaries_from_verbs():
+    tagged = [("Jaime", "NNP"), ("was", "VBD"), ("born", "VBN"), ("in", "IN"), ("1958", "CD"), (",", ",")]
+    assert universal_tags(tagged) == ["PROPN", "AUX", "VERB", "ADP", "NUM", "PUNCT"]
+    # have/do: auxiliary before a verb (also past "not" and a pronoun), a verb otherwise
+    assert universal_tags([("He", "PRP"), ("has", "VBZ"), ("not", "RB"), ("written", "VBN")])[1] == "AUX"
+    assert universal_tags([("Did", "VBD"), ("he", "PRP"), ("write", "VB")])[0] == "AUX"
+    assert universal_tags([("He", "PRP"), ("has", "VBZ"), ("a", "DT"), ("son", "NN")])[1] == "VERB"
+    assert universal_tags([("xx", "ZZZ")]) == ["X"]
+
+
+def test_token_tags_give_each_token_the_last_word_it_overlaps():
+    # text "Jaime's   son": words Jaime [0,5) PROPN, 's [5,7) PART, son [10,13) NOUN
+    words = [(5, 7, "PART"), (0, 5, "PROPN"), (10, 13, "NOUN")]
+    spans = [(0, 3), (3, 6), (6, 7), (7, 10), (9, 13), (13, 13)]
+    # "Jai" -> Jaime; "me'" overlaps Jaime and 's: the last; "s" -> 's; "   " -> none; " son"; an empty span
+    assert token_tags(spans, words) == ["PROPN", "PART", "PART", None, "NOUN", None]
+
+
+def test_token_char_spans_cover_the_decoded_text():
+    tokenizer = build_tokenizer()
+    ids = tokenizer("Evelyn Desmet was born in Brussels", add_special_tokens=False)["input_ids"]
+    text, spans = token_char_spans(tokenizer, ids)
+    assert text == "Evelyn Desmet was born in Brussels"
+    assert [text[a:b] for a, b in spans] == [tokenizer.decode([i]) for i in ids]
+
+
+def test_paper_mask_selects_exactly_the_proper_nouns_verbs_and_numbers():
+    module = AttentionShifting(lm=CausalLMSpec(tiny=TINY), layers=[-1])
+    question, answer = "Where was Jaime Vasquez born?", "Jaime Vasquez was born in Santiago in 1958."
+    samples = [
+        {**encode_qa(module.tokenizer, q, a, "chat", 64), "index": i, "question": q, "answer": a}
+        for i, (q, a) in enumerate([(question, answer), ("Who is she?", "She is a writer.")])
+    ]
+    batch = collate_qa(samples, module.tokenizer.pad_token_id)
+    fact, other = module.part_of_speech_masks(batch)
+    assert not (fact & other).any()
+
+    def runs(row: int, mask: torch.Tensor) -> list[str]:
+        """The decoded runs of consecutive masked tokens."""
+        pieces = [
+            module.tokenizer.decode([t]) if m else "|" for t, m in zip(batch["input_ids"][row], mask[row], strict=True)
+        ]
+        return [run for run in "".join(pieces).split("|") if run]
+
+    # PROPN, VERB and NUM words (not the auxiliary "was"), in the question and in the answer
+    assert runs(0, fact) == [" Jaime Vasquez born", "Jaime Vasquez", " born", " Santiago", " 1958"]
+    assert runs(0, other) == ["Where was", "?", " was", " in", " in", "."]
+    # template (role names), special and padding tokens are in neither mask
+    tagged = [module.tokenizer.decode([t]) for t, m in zip(batch["input_ids"][0], fact[0] | other[0], strict=True) if m]
+    assert "".join(tagged) == question + answer
+    assert runs(1, fact) == [] and "".join(runs(1, other)).replace(" ", "") == "Whoisshe?Sheisawriter."
+    assert module._tag_cache.keys() == {("None", 0), ("None", 1)}  # tagged once per sample
+
+
+def test_released_suppression_target_scales_fact_rows_and_flattens_the_other_rows():
+    reference = torch.tensor([[1.0, 0.0, 0.0], [0.6, 0.4, 0.0], [0.2, 0.3, 0.5]])[None, None]  # [1, 1, 3, 3]
+    fact = torch.tensor([[False, True, False]])
+    other = torch.tensor([[False, False, True]])
+    valid = torch.ones(1, 3, dtype=torch.bool)
+    target = released_suppression_target(reference, fact, other, valid, sigma=0.5, beta=0.1)[0, 0]
+    # row 0 (untagged): clip to [1e-6, 1] then renormalise; row 1 (fact): [0.3, 0.2, 1e-6] / (0.5 + 1e-6 + 1e-6);
+    # row 2 (other): [0.3, 0.4, 0.6] / (1.3 + 1e-6)
+    torch.testing.assert_close(target[0], torch.tensor([1.0, 1e-6, 1e-6]) / (1.0 + 3e-6))
+    torch.testing.assert_close(target[1], torch.tensor([0.3, 0.2, 1e-6]) / (0.5 + 2e-6))
+    torch.testing.assert_close(target[2], torch.tensor([0.3, 0.4, 0.6]) / (1.3 + 1e-6))
+    # the released beta = 1.2 lifts every other-row entry past the clip at 1: uniform rows; padding keys get 0
+    valid = torch.tensor([[True, True, False]])
+    target = released_suppression_target(reference, fact, other, valid, sigma=0.3, beta=1.2)[0, 0]
+    torch.testing.assert_close(target[2], torch.tensor([1.0, 1.0, 0.0]) / (2.0 + 1e-6))
+
+
+def test_softmax_kl_is_the_released_batchmean_of_softmaxed_attention():
+    # B=1, H=2, T=3 hand-written maps; the KL runs over softmaxes of the probabilities
+    p = torch.tensor(
+        [[[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]], [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]]
+    )
+    q = torch.tensor(
+        [[[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.2, 0.3, 0.5]], [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]]
+    )
+    valid = torch.ones(1, 3, dtype=torch.bool)
+
+    def kl(a: list[float], b: list[float]) -> float:  # KL(softmax(a) || softmax(b))
+        za, zb = sum(math.exp(x) for x in a), sum(math.exp(x) for x in b)
+        return sum(math.exp(x) / za * (x - math.log(za) - y + math.log(zb)) for x, y in zip(a, b, strict=True))
+
+    # rows along keys: only the second row of each head differs
+    expected = kl([0.5, 0.5, 0.0], [1.0, 0.0, 0.0]) + kl([0.0, 1.0, 0.0], [1.0, 0.0, 0.0])
+    assert softmax_kl(p[None], q[None], valid, dim=-1).item() == pytest.approx(expected, rel=1e-5)
+    # columns along queries (the retention term's second half): the first two columns of each head differ
+    columns = [(p[h, :, k].tolist(), q[h, :, k].tolist()) for h in range(2) for k in range(3)]
+    expected = sum(kl(a, b) for a, b in columns)
+    assert softmax_kl(p[None], q[None], valid, dim=-2).item() == pytest.approx(expected, rel=1e-5)
+    # direction: KL(softmax(source) || softmax(target)), not symmetric; batchmean divides by B
+    assert softmax_kl(q[None], p[None], valid, dim=-1).item() == pytest.approx(
+        kl([1.0, 0.0, 0.0], [0.5, 0.5, 0.0]) + kl([1.0, 0.0, 0.0], [0.0, 1.0, 0.0]), rel=1e-5
+    )
+    two = softmax_kl(torch.stack([p, p]), torch.stack([q, p]), torch.ones(2, 3, dtype=torch.bool), dim=-1)
+    assert two.item() == pytest.approx(softmax_kl(p[None], q[None], valid, dim=-1).item() / 2, rel=1e-5)
+    # a padding position leaves both the softmax and the sum: keys 0..1 and rows 0..1 only
+    valid = torch.tensor([[True, True, False]])
+    expected = kl([0.5, 0.5], [1.0, 0.0]) + kl([0.0, 1.0], [1.0, 0.0])
+    assert softmax_kl(p[None], q[None], valid, dim=-1).item() == pytest.approx(expected, rel=1e-5)
+
+
 # -- the module -----------------------------------------------------------------------------------
 
 
@@ -159,10 +272,14 @@ def test_attention_mass_averages_the_mass_on_masked_keys_over_answer_rows():
         ({"retain_loss": "mse"}, "retain_loss"),
         ({"suppression_weight": 0.0, "refusal_weight": 0.0}, "nothing would be unlearned"),
         ({"lm": {"name_or_path": "tiny-llama", "tiny": TINY, "lora": {"r": 4}}}, "lora"),
+        ({"mode": "released"}, "mode='released' is invalid"),
+        ({"mode": "paper", "fact_tags": ["NOUN", "ENTITY"]}, "fact_tags"),
+        ({"mode": "paper", "fact_tags": []}, "fact_tags"),
+        ({"mode": "paper", "suppression_weight": 0.0}, "nothing would be unlearned"),
     ],
 )
 def test_bad_arguments_are_errors_that_name_them(kwargs, message):
-    kwargs = {"lm": CausalLMSpec(tiny=TINY), **kwargs}
+    kwargs = {"lm": CausalLMSpec(tiny=TINY), "mode": "trustlit", **kwargs}
     with pytest.raises(ValueError, match=message):
         AttentionShifting(**kwargs)
 
@@ -173,9 +290,9 @@ def test_starts_at_the_reference_and_only_the_adapters_get_gradients(arch, posit
     spec = CausalLMSpec(name_or_path=f"tiny-{arch}", tiny=TINY)
     if position == "output":  # the default layers [-2, -1] include layer 0, which no output adapter precedes
         with pytest.warns(UserWarning, match="layer 0's attention comes before every adapter"):
-            module = AttentionShifting(lm=spec, adapter_position=position)
+            module = AttentionShifting(lm=spec, mode="trustlit", adapter_position=position)
     else:
-        module = AttentionShifting(lm=spec, adapter_position=position)
+        module = AttentionShifting(lm=spec, mode="trustlit", adapter_position=position)
     assert module.model.config._attn_implementation == "eager"
     batch = next(iter(forget_retain_data(module).train_dataloader()))
     with torch.no_grad():
@@ -209,11 +326,15 @@ def test_starts_at_the_reference_and_only_the_adapters_get_gradients(arch, posit
 
 
 def test_refusal_term_without_refusal_batches_is_an_error_naming_the_setting():
-    module = AttentionShifting(lm=CausalLMSpec(tiny=TINY), layers=[-1])
+    module = AttentionShifting(lm=CausalLMSpec(tiny=TINY), mode="trustlit", layers=[-1])
     batch = next(iter(forget_retain_data(module, refusals=None).train_dataloader()))
     with pytest.raises(ValueError, match="refusals"):
         module.losses(batch)
-    AttentionShifting(lm=CausalLMSpec(tiny=TINY), layers=[-1], refusal_weight=0.0).losses(batch)  # attention only
+    AttentionShifting(lm=CausalLMSpec(tiny=TINY), mode="trustlit", layers=[-1], refusal_weight=0.0).losses(batch)
+    # paper mode's released objective has no refusal term, so it needs no refusal batches
+    paper = AttentionShifting(lm=CausalLMSpec(tiny=TINY), layers=[-1])
+    assert (paper.hparams.refusal_weight, paper.hparams.retain_weight) == (0.0, 0.0)
+    assert "refusal_nll" not in paper.losses(batch)
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +373,7 @@ def unlearned(finetuned):
     # adapters on the attention inputs: in a 2-layer model, adapters on the outputs (the paper code's
     # position) can only move the last layer's attention, through the single adapter below it
     module = AttentionShifting(
-        lm=CausalLMSpec(name_or_path=finetuned), adapter_position="input", lr=1e-2, generate=False
+        lm=CausalLMSpec(name_or_path=finetuned), mode="trustlit", adapter_position="input", lr=1e-2, generate=False
     )
     data = forget_retain_data(module)
     base = {n: p.detach().clone() for n, p in module.model.named_parameters() if ADAPTER_NAME not in n}
@@ -296,9 +417,32 @@ def test_forget_nll_rises_more_than_retain_nll(unlearned):
 
 def test_the_adapters_are_in_the_state_dict_and_reload(unlearned, finetuned):
     module = unlearned["module"]
-    fresh = AttentionShifting(lm=CausalLMSpec(name_or_path=finetuned), adapter_position="input", generate=False)
+    fresh = AttentionShifting(
+        lm=CausalLMSpec(name_or_path=finetuned), mode="trustlit", adapter_position="input", generate=False
+    )
     fresh.load_state_dict(module.state_dict())
     batch = next(iter(forget_retain_data(fresh).train_dataloader()))["forget"]
     with torch.no_grad():
         torch.testing.assert_close(fresh.logits(batch), module.logits(batch))
         assert not torch.allclose(fresh.logits(batch), fresh.attention_maps(batch, adapters=False)[0])
+
+
+def test_paper_mode_training_reduces_the_suppression_loss(finetuned):
+    """Adapters on the attention outputs (as released) move the last layer's attention toward the
+    released target: the suppression loss on a fixed batch falls; the base weights stay."""
+    L.seed_everything(0)
+    module = AttentionShifting(lm=CausalLMSpec(name_or_path=finetuned), layers=[-1], lr=1e-2, generate=False)
+    data = forget_retain_data(module, refusals=None)
+    batch = next(iter(data.train_dataloader()))
+    base = {n: p.detach().clone() for n, p in module.model.named_parameters() if ADAPTER_NAME not in n}
+    with torch.no_grad():
+        before = module.losses(batch)
+    assert before["retention"].item() == pytest.approx(0.0, abs=1e-6), "training starts at pi_ref"
+    quiet_trainer(max_steps=30).fit(module, data)
+    module.eval()
+    with torch.no_grad():
+        after = module.losses(batch)
+    assert after["suppression"] < 0.95 * before["suppression"], (before, after)
+    assert after["retention"] > 0 and after["loss"] < before["loss"]
+    weights = dict(module.model.named_parameters())
+    assert all(torch.equal(weights[name], value) for name, value in base.items())

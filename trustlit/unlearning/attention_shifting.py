@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -60,12 +60,19 @@ from trustlit.hparams import ClosedUnitInterval, NonNegativeFloat, PositiveFloat
 from trustlit.llm import hooks
 from trustlit.llm.anatomy import decoder_layer, decoder_layers, self_attention
 from trustlit.llm.loading import CausalLMSpec
+from trustlit.llm.prompts import IGNORE_INDEX
 from trustlit.llm.scoring import eval_mode, sequence_logprobs_from_logits, token_nll
 from trustlit.unlearning.base import RetainLoss, UnlearningModule, check_retain_loss
 from trustlit.unlearning.losses import answer_token_mask, kl_to_reference, token_mean_nll
 
 ADAPTER_NAME = "shift_adapter"
 AdapterPosition = Literal["output", "input"]
+Mode = Literal["paper", "trustlit"]
+# retain_weight, refusal_weight: the released code's objective has neither term; trustlit's has both
+MODE_DEFAULTS = {
+    "paper": {"retain_weight": 0.0, "refusal_weight": 0.0},
+    "trustlit": {"retain_weight": 1.0, "refusal_weight": 1.0},
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,6 +159,143 @@ def attention_mass(attention: torch.Tensor, key_mask: torch.Tensor, query_mask: 
     return mass[query_mask[:, None, :].expand_as(mass)].mean()
 
 
+# -- paper mode: fact-bearing tokens by part of speech, the released losses ----------------------
+
+# Penn Treebank tags (the tagger's) to Universal POS (spaCy's ``pos_``, which the released code reads)
+PTB_TO_UD = {
+    **dict.fromkeys(["NN", "NNS"], "NOUN"),
+    **dict.fromkeys(["NNP", "NNPS"], "PROPN"),
+    **dict.fromkeys(["VB", "VBD", "VBG", "VBN", "VBP", "VBZ"], "VERB"),
+    **dict.fromkeys(["JJ", "JJR", "JJS", "AFX"], "ADJ"),
+    **dict.fromkeys(["RB", "RBR", "RBS", "WRB"], "ADV"),
+    **dict.fromkeys(["PRP", "PRP$", "WP", "WP$", "WDT", "EX"], "PRON"),
+    **dict.fromkeys(["DT", "PDT"], "DET"),
+    **dict.fromkeys(["IN", "RP"], "ADP"),
+    **dict.fromkeys(["POS", "TO"], "PART"),
+    **dict.fromkeys([".", ",", ":", '"', "``", "''", "(", ")", "-LRB-", "-RRB-", "HYPH"], "PUNCT"),
+    **dict.fromkeys(["#", "$", "SYM"], "SYM"),
+    "CD": "NUM",
+    "CC": "CCONJ",
+    "MD": "AUX",
+    "UH": "INTJ",
+}
+UD_TAGS = frozenset([*PTB_TO_UD.values(), "X"])
+RELEASED_FACT_TAGS = ("PROPN", "VERB", "NUM")  # the released code's fact-bearing classes
+_BE = frozenset(["be", "am", "is", "are", "was", "were", "been", "being", "'m", "'re"])
+_HAVE_DO = frozenset(["have", "has", "had", "having", "do", "does", "did"])
+_SKIPPED_BEFORE_VERB = frozenset(["RB", "RBR", "RBS", "PRP"])  # "has not written", "did he write"
+
+TaggedWord = tuple[int, int, str]  # (start, end) character span and Universal POS tag
+
+
+def universal_tags(tagged: list[tuple[str, str]]) -> list[str]:
+    """Universal POS of (word, Penn tag) pairs, with UD's auxiliaries: a form of *be* is AUX (UD's
+    copula is AUX), one of *have*/*do* is AUX when a verb follows (past adverbs and pronouns), as
+    spaCy tags them; unknown tags are X."""
+    tags = []
+    for i, (word, penn) in enumerate(tagged):
+        tag = PTB_TO_UD.get(penn, "X")
+        lower = word.lower()
+        if tag == "VERB" and lower in _BE:
+            tag = "AUX"
+        elif tag == "VERB" and lower in _HAVE_DO:
+            following = [p for _, p in tagged[i + 1 :] if p not in _SKIPPED_BEFORE_VERB][:1]
+            tag = "AUX" if following and following[0].startswith("VB") else tag
+        tags.append(tag)
+    return tags
+
+
+def tag_words(text: str) -> list[TaggedWord]:
+    """The words of ``text`` with their character spans and Universal POS tags.
+
+    Tagger: textblob's PatternTagger (the Brill-style lexicon and rules of the Pattern library,
+    shipped inside the textblob package, so nothing is downloaded). Words the tagger rewrote and
+    that cannot be found in ``text`` in order are dropped.
+    """
+    from textblob.en.taggers import PatternTagger
+
+    tagged = PatternTagger().tag(text)
+    words, cursor = [], 0
+    for (word, _), tag in zip(tagged, universal_tags(tagged), strict=True):
+        start = text.find(word, cursor)
+        if start >= 0:
+            words.append((start, start + len(word), tag))
+            cursor = start + len(word)
+    return words
+
+
+def token_tags(spans: list[tuple[int, int]], words: list[TaggedWord]) -> list[str | None]:
+    """The tag of each token: that of the last word (by start) overlapping its character span
+    ``[start, end)``, as the released code assigns spaCy's tags to subword tokens; None when
+    the token overlaps no word (whitespace, template text)."""
+    words = sorted(words)
+    tags: list[str | None] = []
+    for start, end in spans:
+        overlapping = [tag for w_start, w_end, tag in words if w_start < end and w_end > start]
+        tags.append(overlapping[-1] if overlapping else None)
+    return tags
+
+
+def _place(words: list[TaggedWord], source: str, text: str, start: int) -> list[TaggedWord]:
+    """Move words tagged in ``source`` to their spans in ``text``, searching in order from ``start``;
+    a word not found (cut off by ``max_length``) is dropped."""
+    placed, cursor = [], start
+    for w_start, w_end, tag in words:
+        found = text.find(source[w_start:w_end], cursor)
+        if found >= 0:
+            placed.append((found, found + w_end - w_start, tag))
+            cursor = found + w_end - w_start
+    return placed
+
+
+def token_char_spans(tokenizer: Any, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
+    """The decoded text of ``ids`` and each token's character span in it, by decoding the prefixes
+    (which works for any tokenizer, with or without offset mappings). A token that only completes a
+    multi-byte character gets an empty span."""
+    text, spans = "", []
+    for k in range(len(ids)):
+        prefix = tokenizer.decode(ids[: k + 1], clean_up_tokenization_spaces=False)
+        spans.append((len(text), max(len(text), len(prefix))))
+        text = prefix
+    return text, spans
+
+
+def released_suppression_target(
+    reference: torch.Tensor,
+    fact_rows: torch.Tensor,
+    other_rows: torch.Tensor,
+    valid: torch.Tensor,
+    sigma: float,
+    beta: float,
+) -> torch.Tensor:
+    """A^sup(q, k) = c(q, k) / (sum_{k valid} c(q, k) + 1e-6), the released code's
+    ``adjust_attention_weights``, with c(q, k) = clip(A^ref(q, k) (1 - sigma f_q) + beta o_q, 1e-6, 1).
+
+    The masks index the query row q: ``fact_rows`` f [B, T] (fact-bearing tokens), ``other_rows``
+    o [B, T] (the other tagged tokens); ``valid`` [B, T] keeps padding keys out (0 in the target).
+    ``reference`` [B, H, T, T]. With beta >= 1 every o-row becomes uniform over the valid keys.
+    """
+    fact = fact_rows[:, None, :, None].to(reference.dtype)
+    other = other_rows[:, None, :, None].to(reference.dtype)
+    adjusted = (reference * (1 - sigma * fact) + beta * other).clamp(1e-6, 1.0) * valid[:, None, None, :]
+    return adjusted / (adjusted.sum(-1, keepdim=True) + 1e-6)
+
+
+def softmax_kl(source: torch.Tensor, target: torch.Tensor, valid: torch.Tensor, dim: int) -> torch.Tensor:
+    """(1/B) sum KL(softmax_dim(source) || softmax_dim(target)) over heads and the lines along ``dim``.
+
+    The released code's ``F.kl_div(..., reduction="batchmean")`` on log-softmaxes of attention
+    probabilities [B, H, T, T]: the softmax runs over the probabilities themselves, along keys
+    (``dim=-1``) or queries (``dim=-2``), among the ``valid`` [B, T] positions (padding is out of
+    both the softmax and the sum).
+    """
+    both = valid[:, None, :, None] & valid[:, None, None, :]
+    # -1e4 rather than -inf: exp underflows to 0 and fully masked lines stay finite (then zeroed)
+    log_p = source.float().masked_fill(~both, -1e4).log_softmax(dim)
+    log_q = target.float().masked_fill(~both, -1e4).log_softmax(dim)
+    return torch.where(both, log_p.exp() * (log_p - log_q), 0.0).sum() / source.size(0)
+
+
 # ---------------------------------------------------------------------------------------------
 # The adapter
 # ---------------------------------------------------------------------------------------------
@@ -200,6 +344,30 @@ class AttentionAdapter(nn.Module):
         return (self.shift(hidden), *rest) if isinstance(output, tuple) else self.shift(hidden)
 
 
+def _require_tagger() -> None:
+    """Paper mode tags words with textblob's bundled PatternTagger: fail at construction if it is absent."""
+    try:
+        import textblob.en.taggers  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            "AttentionShifting(mode='paper') tags parts of speech with textblob: pip install textblob==0.20.1 "
+            "(or use mode='trustlit')"
+        ) from None
+
+
+class ShiftTerms(NamedTuple):
+    """The attention terms of one step and the passes the rest of the loss reuses."""
+
+    suppression: torch.Tensor
+    retention: torch.Tensor
+    fact: torch.Tensor  # [B, T] bool, the forget sample's fact-bearing tokens
+    forget_logits: torch.Tensor
+    forget_maps: list[torch.Tensor]
+    ref_forget_maps: list[torch.Tensor]
+    retain_logits: torch.Tensor
+    ref_retain_logits: torch.Tensor
+
+
 def _attention_probabilities(
     captured: dict[str, torch.Tensor | None], modules: dict[str, nn.Module]
 ) -> list[torch.Tensor]:
@@ -222,24 +390,31 @@ class AttentionShifting(UnlearningModule):
     """Attention-Shifting unlearning (see the module docstring for the loss; its page for the sources).
 
     Args:
-        suppress_factor: sigma in [0, 1], the share of a fact-bearing key's reference attention
-            removed in the forget target (paper code: 0.3).
-        boost_factor: beta >= 0, the relative boost of every other key in the forget target
-            (paper code: 1.2); fact-bearing mass shrinks by (1 - sigma) / (1 + beta).
-        retain_boost: gamma >= 0, the boost of essential retain tokens (ours: 0.2; 0 holds the
-            retain attention to the reference, as the paper code does).
-        top_fraction: rho in (0, 1], the share of candidate tokens marked fact-bearing
-            (forget) or essential (retain) by importance (ours: 0.3).
+        mode: ``paper`` (default) the released code's objective: part-of-speech fact tokens,
+            their query rows, KL of softmaxed attention; ``trustlit`` our variant: saliency fact
+            keys, KL of attention probabilities on the answer rows, retain NLL and refusal terms.
+        suppress_factor: sigma in [0, 1] (released code: 0.3). ``paper``: fact-bearing query rows
+            are scaled by 1 - sigma; ``trustlit``: the share of a fact-bearing key's attention removed.
+        boost_factor: beta >= 0 (released code: 1.2). ``paper``: added to the other tagged rows
+            before the clip to [1e-6, 1]; ``trustlit``: the relative boost of every other key, so
+            fact-bearing mass shrinks by (1 - sigma) / (1 + beta).
+        fact_tags: ``paper`` only: the Universal POS classes that are fact-bearing (default the
+            released code's PROPN, VERB, NUM).
+        retain_boost: ``trustlit`` only: gamma >= 0, the boost of essential retain tokens (ours:
+            0.2; 0 holds the retain attention to the reference, as the paper code does).
+        top_fraction: ``trustlit`` only: rho in (0, 1], the share of candidate tokens marked
+            fact-bearing (forget) or essential (retain) by importance (ours: 0.3).
         layers: the layers whose attention is shifted (default: the last two, as the paper code).
         adapter_size: bottleneck width of the adapters, one per layer (paper code: 64).
         adapter_position: ``output`` (paper code) adds each adapter to its attention module's
             output, which moves the attention of the layers above it; ``input`` (ours) to the
             hidden states the module reads, which moves its own attention too.
         suppression_weight: lambda_sup. retention_weight: lambda_ret (paper code: 1 and 1).
-        retain_weight: alpha, weight of ``retain_loss`` (ours: 1; the code's default has none).
+        retain_weight: alpha, weight of ``retain_loss`` (default: 0 in ``paper`` mode, as the
+            released objective; 1 in ``trustlit``).
         retain_loss: ``nll`` or ``kl`` on the retain answers.
-        refusal_weight: lambda_idk, weight of the refusal NLL on forget questions (ours: 1; 0 for
-            the attention-only objective). Needs ``ForgetRetainDataModule(refusals=...)``.
+        refusal_weight: lambda_idk, weight of the refusal NLL on forget questions (ours; default
+            0 in ``paper`` mode, 1 in ``trustlit``). Needs ``ForgetRetainDataModule(refusals=...)``.
         lr: learning rate of the adapters (paper code: 5e-4).
         Other arguments: see :class:`~trustlit.CausalLMModule`.
     """
@@ -247,8 +422,10 @@ class AttentionShifting(UnlearningModule):
     def __init__(
         self,
         lm: CausalLMSpec | None = None,
+        mode: Mode = "paper",
         suppress_factor: ClosedUnitInterval = 0.3,
         boost_factor: NonNegativeFloat = 1.2,
+        fact_tags: list[str] | None = None,
         retain_boost: NonNegativeFloat = 0.2,
         top_fraction: PositiveFloat = 0.3,
         layers: list[int] | None = None,
@@ -256,13 +433,23 @@ class AttentionShifting(UnlearningModule):
         adapter_position: AdapterPosition = "output",
         suppression_weight: NonNegativeFloat = 1.0,
         retention_weight: NonNegativeFloat = 1.0,
-        retain_weight: NonNegativeFloat = 1.0,
+        retain_weight: NonNegativeFloat | None = None,
         retain_loss: RetainLoss = "nll",
-        refusal_weight: NonNegativeFloat = 1.0,
+        refusal_weight: NonNegativeFloat | None = None,
         lr: PositiveFloat = 5e-4,
         **kwargs: Any,
     ) -> None:
         check_arguments(AttentionShifting.__init__, locals())
+        if mode not in MODE_DEFAULTS:
+            raise ValueError(f"AttentionShifting: mode={mode!r} is invalid, expected 'paper' or 'trustlit'")
+        fact_tags = list(RELEASED_FACT_TAGS) if fact_tags is None else list(fact_tags)
+        if not fact_tags or not set(fact_tags) <= UD_TAGS:
+            raise ValueError(
+                f"AttentionShifting: fact_tags={fact_tags!r} is invalid, expected a non-empty list of "
+                f"Universal POS tags from {sorted(UD_TAGS)}"
+            )
+        retain_weight = MODE_DEFAULTS[mode]["retain_weight"] if retain_weight is None else retain_weight
+        refusal_weight = MODE_DEFAULTS[mode]["refusal_weight"] if refusal_weight is None else refusal_weight
         if top_fraction > 1:  # (0, 1]: the type says > 0
             raise ValueError(
                 f"AttentionShifting: top_fraction={top_fraction!r} is invalid, expected a number in (0, 1]"
@@ -304,6 +491,9 @@ class AttentionShifting(UnlearningModule):
             self.shift_adapters.append(adapter)
         self.special_ids = sorted(set(self.tokenizer.all_special_ids))
         self._importance_cache: dict[tuple[str, int], torch.Tensor] = {}
+        self._tag_cache: dict[tuple[str, int], torch.Tensor] = {}
+        if mode == "paper":
+            _require_tagger()
 
     # -- passes through the network ------------------------------------------------------------
 
@@ -385,6 +575,49 @@ class AttentionShifting(UnlearningModule):
         """[B, T] bool: the top ``top_fraction`` of candidates by importance (F or E)."""
         return top_fraction_mask(scores, self.candidates(batch), self.hparams.top_fraction)
 
+    def part_of_speech_masks(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Paper mode's masks [B, T] bool: ``fact`` marks the tokens of the question and answer words
+        whose Universal POS is in ``fact_tags``, ``other`` the tokens of their other words; template,
+        special and padding tokens are in neither. Computed once per sample (cached by index)."""
+        keys = self._cache_keys(batch)
+        valid = batch["attention_mask"].bool()
+        codes = torch.zeros(valid.shape, dtype=torch.long, device=valid.device)  # 0 neither, 1 fact, 2 other
+        for row in range(valid.shape[0]):
+            key = keys[row] if keys is not None else None
+            cached = self._tag_cache.get(key) if key is not None else None
+            if cached is None or cached.numel() != int(valid[row].sum()):
+                cached = self._tag_codes(batch, row)
+                if key is not None:
+                    self._tag_cache[key] = cached
+            codes[row, valid[row]] = cached.to(valid.device)
+        return codes == 1, codes == 2
+
+    def _tag_codes(self, batch: dict[str, Any], row: int) -> torch.Tensor:
+        """The 0/1/2 codes of one sample's valid positions (see :meth:`part_of_speech_masks`)."""
+        if "question" not in batch or "answer" not in batch:
+            raise ValueError(
+                "AttentionShifting(mode='paper') tags the question and answer texts: the batch has no "
+                "'question'/'answer' entries (use ForgetRetainDataModule)"
+            )
+        valid = batch["attention_mask"][row].bool()
+        ids = batch["input_ids"][row][valid].tolist()
+        content = [i for i, token in enumerate(ids) if token not in self.special_ids]
+        text, spans = token_char_spans(self.tokenizer, [ids[i] for i in content])
+        # the question appears verbatim in the prompt; the answer starts at the first answer token
+        answer_tokens = batch["labels"][row][valid].ne(IGNORE_INDEX).tolist()
+        first_answer = next((k for k, i in enumerate(content) if answer_tokens[i]), len(content))
+        answer_start = spans[first_answer][0] if first_answer < len(spans) else len(text)
+        question_start = max(text.find(batch["question"][row]), 0)
+        words = [
+            *_place(tag_words(batch["question"][row]), batch["question"][row], text, question_start),
+            *_place(tag_words(batch["answer"][row]), batch["answer"][row], text, answer_start),
+        ]
+        fact_tags = set(self.hparams.fact_tags)
+        codes = torch.zeros(len(ids), dtype=torch.long)
+        for i, tag in zip(content, token_tags(spans, words), strict=True):
+            codes[i] = 0 if tag is None else 1 if tag in fact_tags else 2
+        return codes
+
     # -- the loss -----------------------------------------------------------------------------
 
     def _shift_loss(
@@ -396,18 +629,40 @@ class AttentionShifting(UnlearningModule):
         ]
         return torch.stack(terms).mean()
 
-    def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """L and its terms (see the module docstring), with attention diagnostics: ``fact_attention``
-        and ``fact_attention_ref``, the mean attention mass answer positions put on fact-bearing
-        tokens under pi_theta and pi_ref."""
+    def paper_terms(self, forget: dict[str, Any], retain: dict[str, Any]) -> ShiftTerms:
+        """L_ASP and L_AKL as released (module docstring, paper mode)."""
         hp = self.hparams
-        forget, retain = batch["forget"], batch["retain"]
-        if hp.refusal_weight > 0 and "idk" not in batch:
-            raise ValueError(
-                "AttentionShifting's refusal term needs refusal answers: set `refusals: default` on the "
-                "ForgetRetainDataModule, or refusal_weight=0 for the attention-only objective"
-            )
+        fact, other = self.part_of_speech_masks(forget)
+        valid = forget["attention_mask"].bool()
+        _, ref_forget_maps, _ = self.reference_pass(forget, importance=False)
+        forget_logits, forget_maps = self.attention_maps(forget)
+        suppression = torch.stack(
+            [
+                softmax_kl(
+                    current,
+                    released_suppression_target(ref.float(), fact, other, valid, hp.suppress_factor, hp.boost_factor),
+                    valid,
+                    dim=-1,
+                )
+                for current, ref in zip(forget_maps, ref_forget_maps, strict=True)
+            ]
+        ).mean()
+        valid = retain["attention_mask"].bool()
+        ref_retain_logits, ref_retain_maps, _ = self.reference_pass(retain, importance=False)
+        retain_logits, retain_maps = self.attention_maps(retain)
+        retention = torch.stack(
+            [
+                softmax_kl(ref, current, valid, dim=-1) + softmax_kl(ref, current, valid, dim=-2)
+                for current, ref in zip(retain_maps, ref_retain_maps, strict=True)
+            ]
+        ).mean()
+        return ShiftTerms(
+            suppression, retention, fact, forget_logits, forget_maps, ref_forget_maps, retain_logits, ref_retain_logits
+        )
 
+    def trustlit_terms(self, forget: dict[str, Any], retain: dict[str, Any]) -> ShiftTerms:
+        """L_sup and L_ret of trustlit's variant (module docstring, trustlit mode)."""
+        hp = self.hparams
         _, ref_forget_maps, forget_scores = self.reference_pass(forget, importance=True)
         fact = self.selected_tokens(forget, forget_scores)
         forget_queries = answer_query_mask(forget["labels"])
@@ -424,17 +679,37 @@ class AttentionShifting(UnlearningModule):
         else:
             weights = torch.ones(retain["input_ids"].shape, device=retain_logits.device)
         retention = self._shift_loss(retain_maps, ref_retain_maps, weights, retain_queries)
+        return ShiftTerms(
+            suppression, retention, fact, forget_logits, forget_maps, ref_forget_maps, retain_logits, ref_retain_logits
+        )
 
-        retain_nll = token_mean_nll(*sequence_logprobs_from_logits(retain_logits, retain["labels"]))
+    def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """L and its terms (see the module docstring), with attention diagnostics: ``fact_attention``
+        and ``fact_attention_ref``, the mean attention mass answer positions put on fact-bearing
+        tokens under pi_theta and pi_ref."""
+        hp = self.hparams
+        forget, retain = batch["forget"], batch["retain"]
+        if hp.refusal_weight > 0 and "idk" not in batch:
+            raise ValueError(
+                "AttentionShifting's refusal term needs refusal answers: set `refusals: default` on the "
+                "ForgetRetainDataModule, or refusal_weight=0 for the attention-only objective"
+            )
+        shift = self.paper_terms(forget, retain) if hp.mode == "paper" else self.trustlit_terms(forget, retain)
+
+        retain_nll = token_mean_nll(*sequence_logprobs_from_logits(shift.retain_logits, retain["labels"]))
         if hp.retain_loss == "nll":
             retain_term = retain_nll
         else:
-            retain_term = kl_to_reference(retain_logits, ref_retain_logits, retain["labels"])
+            retain_term = kl_to_reference(shift.retain_logits, shift.ref_retain_logits, retain["labels"])
 
-        loss = hp.suppression_weight * suppression + hp.retention_weight * retention + hp.retain_weight * retain_term
+        loss = (
+            hp.suppression_weight * shift.suppression
+            + hp.retention_weight * shift.retention
+            + hp.retain_weight * retain_term
+        )
         terms = {
-            "suppression": suppression.detach(),
-            "retention": retention.detach(),
+            "suppression": shift.suppression.detach(),
+            "retention": shift.retention.detach(),
             f"retain_{hp.retain_loss}": retain_term.detach(),
         }
         if hp.refusal_weight > 0:
@@ -442,12 +717,11 @@ class AttentionShifting(UnlearningModule):
             loss = loss + hp.refusal_weight * refusal
             terms["refusal_nll"] = refusal.detach()
         with torch.no_grad():
-            terms["forget_nll"] = token_mean_nll(*sequence_logprobs_from_logits(forget_logits, forget["labels"]))
+            terms["forget_nll"] = token_mean_nll(*sequence_logprobs_from_logits(shift.forget_logits, forget["labels"]))
             terms["retain_nll"] = retain_nll.detach()
-            terms["fact_attention"] = torch.stack([attention_mass(m, fact, forget_queries) for m in forget_maps]).mean()
-            terms["fact_attention_ref"] = torch.stack(
-                [attention_mass(m, fact, forget_queries) for m in ref_forget_maps]
-            ).mean()
+            queries = answer_query_mask(forget["labels"])
+            for name, maps in (("fact_attention", shift.forget_maps), ("fact_attention_ref", shift.ref_forget_maps)):
+                terms[name] = torch.stack([attention_mass(m, shift.fact, queries) for m in maps]).mean()
         return {"loss": loss, **terms}
 
 
@@ -459,7 +733,13 @@ __all__ = [
     "attention_mass",
     "attention_received",
     "importance_scores",
+    "released_suppression_target",
     "shift_weights",
     "shifted_attention",
+    "softmax_kl",
+    "tag_words",
+    "token_char_spans",
+    "token_tags",
     "top_fraction_mask",
+    "universal_tags",
 ]
