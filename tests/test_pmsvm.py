@@ -139,6 +139,42 @@ def test_crammer_singer_solution_beats_every_perturbation():
     np.testing.assert_allclose(from_tensors, fit_crammer_singer(X.astype(np.float32), y, 5, lam), atol=1e-8)
 
 
+def test_above_the_threshold_every_margin_is_violated_and_w_scales_as_one_over_lambda():
+    """All hinges active: F = lam/2 ||W||^2 + 1 + g(W) with g positively homogeneous, so W(lam) = V* / lam, and
+    that holds for lam > lam* = max_i margin_i(V*) (docs/methods/pmsvm.md); weight-perturbation noise is ∝ 1/lam."""
+    rng = np.random.default_rng(0)
+    n, d, c = 200, 10, 4
+    y = rng.integers(0, c, size=n)
+    X = rng.normal(size=(c, d))[y] + rng.normal(size=(n, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)  # unit-norm rows
+
+    def violated(W: np.ndarray) -> torch.Tensor:  # hinge > 0: the margin w_y x - max_{k != y} w_k x is below 1
+        return crammer_singer_hinge(torch.as_tensor(X @ W.T), torch.as_tensor(y)) > 0
+
+    scaled = {lam: lam * fit_crammer_singer(X, y, c, lam) for lam in (1.0, 10.0)}
+    assert all(violated(v / lam).all() for lam, v in scaled.items())
+    np.testing.assert_allclose(scaled[1.0], scaled[10.0], atol=1e-8)  # lam1 W1 == lam2 W2
+    v_star = scaled[10.0]
+    scores = X @ v_star.T
+    true = scores[np.arange(n), y]
+    scores[np.arange(n), y] = -np.inf
+    threshold = float(np.max(true - scores.max(axis=1)))  # lam*: the margins of V* / lam are those of V* over lam
+    assert 0.05 < threshold < 1.0  # the case has a threshold inside the tested range
+    above = fit_crammer_singer(X, y, c, 1.01 * threshold)
+    assert violated(above).all()
+    np.testing.assert_allclose(1.01 * threshold * above, v_star, atol=1e-7)
+    below = fit_crammer_singer(X, y, c, 0.5 * threshold)
+    assert 0 < int((~violated(below)).sum()) < n  # some margins are met, so the scaling breaks
+    assert np.abs(0.5 * threshold * below - v_star).max() > 1e-2
+    # PMSVM-WP: sigma ∝ Delta ∝ 1/lam too, so one noise draw Z gives the same predictions at every lam > lam*
+    noise = rng.normal(size=v_star.shape)
+    predictions = [
+        np.argmax(X @ (v / lam + analytic_gaussian_sigma(1.0, 1e-5, crammer_singer_sensitivity(n, lam)) * noise).T, 1)
+        for lam, v in scaled.items()
+    ]
+    np.testing.assert_array_equal(predictions[0], predictions[1])
+
+
 def binary_hinge_by_slsqp(X: np.ndarray, t: np.ndarray, lam: float) -> np.ndarray:
     """The binary hinge SVM as a QP in (w, xi): min lam/2 ||w||^2 + mean(xi), t_i w.x_i + xi_i >= 1, xi >= 0."""
     n, d = X.shape

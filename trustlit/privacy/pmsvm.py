@@ -25,6 +25,14 @@ and predicts argmax_k s_k. ``mechanism`` selects how W is made private:
   or the analytic calibration.
 - ``non_private``: the exact Crammer–Singer solution, no noise (the upper baseline).
 
+λ and the weight perturbation: with every hinge active (1 + max_{k≠y_i} w_k·x_i − w_{y_i}·x_i > 0 for
+all i), F(W) = λ/2 ||W||² + 1 + g(W) with g(W) = (1/n) Σ_i (max_{k≠y_i} w_k·x_i − w_{y_i}·x_i) positively
+homogeneous, so the minimiser is W(λ) = V*/λ, V* = argmin_V ½||V||² + g(V), i.e.
+λ n W = Σ_i (e_{y_i} − e_{k_i}) x_iᵀ with k_i = argmax_{k≠y_i} w_k·x_i (a convex combination over tied k). This holds
+for every λ > λ* = max_i (v*_{y_i} − max_{k≠y_i} v*_k)·x_i (λ* <= 2 for ||x|| <= 1; about 0.01 on the
+benchmark's unit-norm data). There W(λ) + N(0, σ²) with σ ∝ Δ ∝ 1/λ is (V* + N(0, (λσ)²))/λ, and
+argmax is scale-free: PMSVM-WP's accuracy does not depend on λ above λ*, so searching λ there is moot.
+
 The exact mechanisms collect one epoch of batches ``(x, y, index)`` (rows with ||x|| <= 1), solve
 on all of them at the last batch of the first epoch and release W once (a ``released`` buffer);
 the gradient mechanisms train under DPSGD. Notes (release once, what is public, noise seeds,
@@ -77,7 +85,8 @@ class PMSVM(PerSampleLossModule):
         epsilon, delta: the (ε, δ) budget of the output-perturbation mechanisms (``weight``,
             ``ovr_*``); ε > 0, δ in (0, 1). The gradient mechanisms take theirs from DPSGD.
         lam: λ > 0 of the exact mechanisms' objective. Not from the paper: its released code
-            passes LinearSVC's C = 1 (λ = 1/n); larger λ means less noise (Δ ∝ 1/λ) and more bias.
+            passes LinearSVC's C = 1 (λ = 1/n); larger λ means less noise (Δ ∝ 1/λ) and more bias,
+            until λ > λ* where every margin is violated and W, σ both scale as 1/λ (module docstring).
         mu: μ >= 0, the weight of μ ||W||_F² in the gradient mechanisms' loss.
         smoothing: h > 0 of the smoothed hinge (h = 1, the softmax-like smoothing of the
             authors' gradient code; smaller h is closer to the hinge).
