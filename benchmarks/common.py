@@ -24,7 +24,6 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +31,11 @@ import lightning as L
 import torch
 
 from trustlit.paths import atomic_path, write_json_atomic
+from trustlit.stages import machine, utc_date
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOFU = REPO_ROOT.parent / "shared" / "data" / "tofu"  # the offline TOFU copy beside the checkout (ARCHITECTURE.md)
 BLOCK = re.compile(r"<!-- section: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- end section: (?P=name) -->\n", re.S)
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo, else what the platform reports."""
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text(encoding="utf-8").splitlines() if cpuinfo.is_file() else []
-    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    return names[0] if names else platform.processor() or "unknown"
 
 
 def quiet() -> None:
@@ -147,16 +139,6 @@ class StepTimer(L.Callback):
     def between(self, warmup: int, steps: int) -> list[float]:
         """End-to-next-start durations of the same steps (fetching the next batch, the hooks between steps)."""
         return [t - i for t, i in zip(self.intervals(warmup, steps), self.in_step(warmup, steps), strict=True)]
-
-
-def utc_date() -> str:
-    """Now, as ``date -u`` writes it."""
-    return datetime.now(timezone.utc).strftime("%a %b %d %H:%M:%S UTC %Y")
-
-
-def machine() -> str:
-    """The CPU, its cores and how many of them this process may use."""
-    return f"{cpu_model()}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} available to the process), CPU only"
 
 
 def package_versions(extra: str = "") -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,6 +64,22 @@ def atomic_path(path: Path) -> Iterator[Path]:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def atomic_directory(path: Path) -> Iterator[Path]:
+    """A temporary directory beside ``path`` to fill: it replaces ``path`` (and whatever was there) when the
+    block ends without error, and is removed otherwise, so ``path`` never holds half of a result."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX))
+    try:
+        yield scratch
+        if path.exists():
+            shutil.rmtree(path)
+        scratch.rename(path)
+    finally:
+        if scratch.exists():
+            shutil.rmtree(scratch)
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:

@@ -1,0 +1,590 @@
+"""The TOFU protocol on SmolLM2-135M-Instruct: fine-tune, unlearn with every method, evaluate, select at matched MU.
+
+Stages (each cached by :class:`trustlit.stages.StageCache` under ``--workdir``, with its command, date,
+wall time and machine, so the benchmark completes across sessions and a killed run resumes):
+
+1. ``data``: the TOFU subset (``tofu20``, the CPU default) or TOFU itself (``full``, for a GPU).
+2. ``finetune/<role>-<variant>``: the target (all authors) and the retain model (retain authors only),
+   TOFU's fine-tuning recipe: 5 epochs, effective batch 32, AdamW weight decay 0.01, one warm-up epoch
+   then linear decay; ``variant`` is full-parameter or LoRA.
+3. ``eval/<model>``: :class:`~trustlit.unlearning.UnlearningEvaluation` on the forget split, the retain
+   authors' ``retain_perturbed``, ``real_authors`` and ``world_facts`` (greedy answers of up to 200
+   tokens, ROUGE-L recall with stemming); Forget Quality against the retain model's truth ratios.
+   The target passes the memorisation gate when its forget ROUGE-L recall is >= 0.9.
+4. ``unlearn/<variant>/<method>/<setting>/seed<k>``: one unlearning run and its evaluation: the sweep on
+   seed 0, then the setting chosen at matched utility (Model Utility >= 0.95 x the target's, highest
+   Forget Quality on seed 0) on the test seeds 1, 2, 3.
+
+``--phase`` stops after a phase (``finetune``, ``evaluate``, ``sweep``, ``seeds``); the section renders
+whatever is cached and lists what is still to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from benchmarks.common import REPO_ROOT, TOFU, bare_trainer, comma_list, table
+from trustlit import CausalLMFineTuning
+from trustlit.data import ForgetRetainDataModule, QADataModule
+from trustlit.data.tofu_subsets import write_tofu_subset
+from trustlit.llm.loading import SMOLLM2_NAME
+from trustlit.llm.scoring import encode_pairs, greedy_answers
+from trustlit.metrics.text import rouge_l_recall
+from trustlit.stages import StageCache, config_digest
+from trustlit.unlearning import (
+    LUNAR,
+    NPO,
+    RMU,
+    AttentionShifting,
+    GradAscent,
+    GradDiff,
+    IdkDPO,
+    KLMinimization,
+    SimNPO,
+    UnlearningEvaluation,
+)
+
+PHASES = ("finetune", "evaluate", "sweep", "seeds")
+VARIANTS = ("full", "lora")
+LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+MAX_LENGTH = 256  # TOFU's longest answer is 94 SmolLM2 tokens: nothing is cut
+EFFECTIVE_BATCH = 32
+MICRO_BATCH = 8  # x 4 accumulated = 32; the forget/retain data modules give 8 forget + 8 retain per micro batch
+FINETUNE_EPOCHS = 5
+UNLEARN_EPOCHS = 10
+MEMORISATION_GATE = 0.9  # forget ROUGE-L recall of the target
+MATCHED_UTILITY = 0.95  # a setting is eligible when its Model Utility >= 0.95 x the target's
+SWEEP_SEED, TEST_SEEDS = 0, (1, 2, 3)
+LRS = (1e-5, 3e-5, 1e-4)
+
+
+def protocol_splits(name: str) -> dict[str, str]:
+    """The split names of a protocol: training files, the forget split and the four evaluation splits."""
+    if name == "tofu20":
+        return {"target": "full", "retain": "retain", "forget": "forget01", "forget_eval": "forget01_perturbed"}
+    return {"target": "full", "retain": "retain95", "forget": "forget05", "forget_eval": "forget05_perturbed"}
+
+
+# -- methods and their sweeps ------------------------------------------------------------------------
+
+METHODS: dict[str, type] = {
+    "GradAscent": GradAscent,
+    "GradDiff": GradDiff,
+    "KL": KLMinimization,
+    "NPO": NPO,
+    "SimNPO": SimNPO,
+    "IdkDPO": IdkDPO,
+    "RMU": RMU,
+    "LUNAR": LUNAR,
+    "AttentionShifting": AttentionShifting,
+    "AttentionShifting-trustlit": AttentionShifting,
+}
+# The TOFU schedule (one warm-up epoch, then linear decay to 0) for the methods that train the whole
+# model; LUNAR (its own optimiser on one down-projection, ExponentialLR) and Attention-Shifting (adapters)
+# keep their released optimisers, and their sweep brackets the released learning rate.
+TOFU_SCHEDULE = {"lr_schedule": "linear"}
+GRID = [{"lr": lr} for lr in LRS]
+SWEEPS: dict[str, list[dict[str, Any]]] = {
+    "GradAscent": GRID,
+    "GradDiff": GRID,
+    "KL": GRID,
+    "NPO": GRID,
+    "SimNPO": [
+        {"lr": lr, "beta": beta, "gamma": gamma}
+        for lr, beta, gamma in itertools.product(LRS, (2.5, 3.5, 4.5), (0.0, 1.0))
+    ],
+    "IdkDPO": GRID,
+    "RMU": GRID,
+    "LUNAR": [{"lr": lr} for lr in (3e-3, 1e-2, 3e-2)],
+    "AttentionShifting": [{"lr": lr, "mode": "paper"} for lr in (1.5e-4, 5e-4, 1.5e-3)],
+    "AttentionShifting-trustlit": [{"lr": lr, "mode": "trustlit"} for lr in (1.5e-4, 5e-4, 1.5e-3)],
+}
+# RMU and LUNAR train chosen down-projections and Attention-Shifting its own adapters: no LoRA for them.
+ADAPTS_WITH_LORA = {"GradAscent", "GradDiff", "KL", "NPO", "SimNPO", "IdkDPO"}
+OWN_SCHEDULE = {"LUNAR", "AttentionShifting", "AttentionShifting-trustlit"}
+EPOCHS = {"LUNAR": 20}  # LUNAR's released config; every other method: 10 epochs
+
+
+def setting_name(setting: Mapping[str, Any]) -> str:
+    """``lr1e-05-beta2.5`` for ``{"lr": 1e-5, "beta": 2.5}``: a directory name."""
+    return "-".join(f"{key}{value}" for key, value in setting.items())
+
+
+# -- stages -------------------------------------------------------------------------------------------
+
+
+class Protocol:
+    """The stages of one run of the benchmark, over one :class:`StageCache`."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.cache = StageCache(args.workdir, command=args.command)
+        self.splits = protocol_splits(args.protocol)
+        self.log: list[str] = []
+
+    # data
+    def data(self) -> Path:
+        config = {"protocol": self.args.protocol, "tofu": str(self.args.tofu)}
+        if self.args.protocol == "full":
+            return self.args.tofu
+
+        def build(directory: Path) -> dict:
+            subset = write_tofu_subset(self.args.tofu, directory / "tofu", self.splits["forget"], 18)
+            return {"forget_authors": subset.forget_authors, "retain_authors": subset.retain_authors, **subset.counts}
+
+        self.cache.run("data", config, build)
+        return self.cache.path("data") / "tofu"
+
+    # fine-tuning
+    def finetune_config(self, role: str, variant: str) -> dict[str, Any]:
+        lr = self.args.finetune_lr if variant == "full" else self.args.finetune_lr_lora
+        return {
+            "model": self.args.model,
+            "data": self.cache.record("data")["config_digest"] if self.args.protocol == "tofu20" else "tofu",
+            "split": self.splits[role],
+            "lora": LORA if variant == "lora" else None,
+            "lr": lr,
+            "epochs": self.args.finetune_epochs,
+            "effective_batch": EFFECTIVE_BATCH,
+            "micro_batch": MICRO_BATCH,
+            "weight_decay": 0.01,
+            "warmup_epochs": 1,
+            "schedule": "linear",
+            "max_length": MAX_LENGTH,
+            "seed": 0,
+            "tiny": self.args.tiny,
+        }
+
+    def finetune(self, role: str, variant: str) -> Path:
+        name = f"finetune/{role}-{variant}"
+        source = self.data()
+        config = self.finetune_config(role, variant)
+
+        def train(directory: Path) -> dict:
+            L.seed_everything(config["seed"], workers=True, verbose=False)
+            data = QADataModule(
+                source=str(source),
+                train_split=config["split"],
+                eval_splits=[],
+                batch_size=MICRO_BATCH,
+                max_length=MAX_LENGTH,
+                prompt_format="chat",
+            )
+            steps_per_epoch = -(-len(data_records(source, config["split"])) // EFFECTIVE_BATCH)
+            module = CausalLMFineTuning(
+                lm={"name_or_path": config["model"], "lora": config["lora"], "tiny": config["tiny"] or {}},
+                lr=config["lr"],
+                weight_decay=config["weight_decay"],
+                warmup_steps=steps_per_epoch,
+                lr_schedule="linear",
+                generate=False,
+            )
+            trainer = bare_trainer(
+                root=directory, max_epochs=config["epochs"], accumulate_grad_batches=EFFECTIVE_BATCH // MICRO_BATCH
+            )
+            began = time.perf_counter()
+            trainer.fit(module, data)
+            seconds = time.perf_counter() - began
+            trainer.save_checkpoint(directory / "model.ckpt", weights_only=True)
+            return {
+                "train_seconds": seconds,
+                "optimizer_steps": trainer.global_step,
+                "forget_rougeL_probe": memorisation_probe(module, source, self.splits["forget"]),
+            }
+
+        self.progress(name, config)
+        self.cache.run(name, config, train)
+        return self.cache.path(name) / "model.ckpt"
+
+    # evaluation
+    def evaluate_config(self, model_stage: str, reference_stage: str | None) -> dict[str, Any]:
+        return {
+            "model": self.cache.record(model_stage)["config_digest"],
+            "reference": self.cache.record(reference_stage)["config_digest"] if reference_stage else None,
+            "max_new_tokens": 200,
+            "rouge": "rouge-score rougeL recall, Porter stemming",
+            "batch_size": 16,
+            "max_samples": self.args.eval_samples,
+            "splits": self.eval_splits(),
+        }
+
+    def eval_splits(self) -> dict[str, str]:
+        return {
+            "forget_split": self.splits["forget_eval"],
+            "retain_split": "retain_perturbed",
+            "real_authors_split": "real_authors_perturbed",
+            "world_facts_split": "world_facts_perturbed",
+        }
+
+    def evaluation(self, module: L.LightningModule, directory: Path, reference: Path | None) -> dict:
+        """TOFU's metrics of ``module`` (through ``trainer.test``: one forget batch, then the callback)."""
+        callback = UnlearningEvaluation(
+            **self.eval_splits(),
+            reference=str(reference) if reference else None,
+            output=str(directory / "unlearning_eval.json"),
+            batch_size=16,
+            max_new_tokens=200,
+            max_samples=self.args.eval_samples,
+        )
+        data = QADataModule(
+            source=str(self.data()),
+            train_split=None,
+            eval_splits=[self.splits["forget"]],
+            batch_size=8,
+            max_length=MAX_LENGTH,
+            prompt_format="chat",
+        )
+        began = time.perf_counter()
+        bare_trainer([callback], root=directory, limit_test_batches=1).test(module, data, verbose=False)
+        return {**callback.results, "eval_seconds": time.perf_counter() - began}
+
+    def evaluate_model(self, role: str, variant: str) -> dict:
+        model_stage = f"finetune/{role}-{variant}"
+        reference_stage = None if role == "retain" else f"eval/retain-{variant}"
+        name = f"eval/{role}-{variant}"
+        config = self.evaluate_config(model_stage, reference_stage)
+        checkpoint = self.cache.path(model_stage) / "model.ckpt"
+        reference = self.cache.path(reference_stage) / "unlearning_eval.json" if reference_stage else None
+
+        def run(directory: Path) -> dict:
+            module = CausalLMFineTuning(lm={"name_or_path": str(checkpoint)}, generate=False)
+            return self.evaluation(module, directory, reference)
+
+        self.progress(name, config)
+        return self.cache.run(name, config, run)
+
+    # unlearning
+    def unlearn_config(self, variant: str, method: str, setting: Mapping[str, Any], seed: int) -> dict[str, Any]:
+        return {
+            "target": self.cache.record(f"finetune/target-{variant}")["config_digest"],
+            "evaluation": config_digest(self.evaluate_config(f"finetune/target-{variant}", f"eval/retain-{variant}")),
+            "method": method,
+            "setting": dict(setting),
+            "schedule": "released" if method in OWN_SCHEDULE else "tofu",
+            "epochs": self.args.unlearn_epochs or EPOCHS.get(method, UNLEARN_EPOCHS),
+            "effective_batch": EFFECTIVE_BATCH,
+            "micro_batch": MICRO_BATCH,
+            "seed": seed,
+        }
+
+    def unlearn(self, variant: str, method: str, setting: Mapping[str, Any], seed: int) -> dict:
+        name = f"unlearn/{variant}/{method}/{setting_name(setting)}/seed{seed}"
+        config = self.unlearn_config(variant, method, setting, seed)
+        target = self.cache.path(f"finetune/target-{variant}") / "model.ckpt"
+        reference = self.cache.path(f"eval/retain-{variant}") / "unlearning_eval.json"
+        source = self.data()
+
+        def run(directory: Path) -> dict:
+            L.seed_everything(seed, workers=True, verbose=False)
+            data = ForgetRetainDataModule(
+                source=str(source),
+                forget_split=self.splits["forget"],
+                retain_split=self.splits["retain"],
+                eval_splits=[],
+                batch_size=MICRO_BATCH,
+                max_length=MAX_LENGTH,
+                prompt_format="chat",
+                refusals=str(source / "idontknow.jsonl"),
+            )
+            module = build_method(method, target, setting, variant, len(data_records(source, self.splits["forget"])))
+            trainer = bare_trainer(
+                root=directory, max_epochs=config["epochs"], accumulate_grad_batches=EFFECTIVE_BATCH // MICRO_BATCH
+            )
+            began = time.perf_counter()
+            trainer.fit(module, data)
+            fit_seconds = time.perf_counter() - began
+            return {**self.evaluation(module, directory, reference), "fit_seconds": fit_seconds}
+
+        self.progress(name, config)
+        return self.cache.run(name, config, run)
+
+    def progress(self, name: str, config: Mapping[str, Any]) -> None:
+        state = "cached" if self.cache.done(name, config) else "running"
+        print(f"[{time.strftime('%H:%M:%S')}] {name}: {state}", flush=True)
+
+
+def memorisation_probe(module: CausalLMFineTuning, source: Path, split: str) -> float:
+    """Mean ROUGE-L recall of greedy answers (up to 200 tokens) on ``split``: the gate, known before evaluation."""
+    records = [json.loads(line) for line in data_records(source, split)]
+    samples = encode_pairs(
+        module.tokenizer, [r["question"] for r in records], [r["answer"] for r in records], "chat", MAX_LENGTH
+    )
+    answers = greedy_answers(module.model, module.tokenizer, samples, batch_size=16, max_new_tokens=200)
+    return statistics.fmean(rouge_l_recall(a, r["answer"]) for a, r in zip(answers, records, strict=True))
+
+
+def data_records(source: Path, split: str) -> list[str]:
+    """The lines of a split file (one record each)."""
+    return (source / f"{split}.json").read_text(encoding="utf-8").splitlines()
+
+
+def build_method(method: str, target: Path, setting: Mapping[str, Any], variant: str, forget_size: int) -> Any:
+    """The unlearning module of ``method`` on the target checkpoint with one swept ``setting``."""
+    lm = {"name_or_path": str(target), "lora": LORA if variant == "lora" and method in ADAPTS_WITH_LORA else None}
+    kwargs: dict[str, Any] = dict(setting)
+    if method not in OWN_SCHEDULE:
+        steps_per_epoch = -(-forget_size // EFFECTIVE_BATCH)
+        kwargs |= {**TOFU_SCHEDULE, "warmup_steps": steps_per_epoch}
+    return METHODS[method](lm=lm, generate=False, **kwargs)
+
+
+# -- selection and rendering -----------------------------------------------------------------------------
+
+
+def select(sweep: Mapping[str, dict], target_utility: float) -> tuple[str, bool]:
+    """The chosen setting of a sweep (name -> seed-0 metrics) and whether it reached matched utility.
+
+    Eligible: Model Utility >= 0.95 x the target's; among them the highest Forget Quality. With none
+    eligible, the setting of highest Model Utility (flagged).
+    """
+    eligible = {k: m for k, m in sweep.items() if m["model_utility"] >= MATCHED_UTILITY * target_utility}
+    if eligible:
+        return max(eligible, key=lambda k: eligible[k]["forget_quality"]), True
+    return max(sweep, key=lambda k: sweep[k]["model_utility"]), False
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2e}" if 0 < abs(value) < 10**-digits else f"{value:.{digits}f}"
+
+
+def mean_std_of(runs: list[dict], key: str) -> str:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(statistics.fmean(values))} ± {fmt(statistics.stdev(values))}"
+
+
+COLUMNS = {
+    "forget_quality": "FQ",
+    "model_utility": "MU",
+    "forget_rougeL": "forget ROUGE-L",
+    "forget_prob": "forget prob",
+    "refusal_rate": "refusal",
+    "fabrication_rate": "fabrication",
+}
+
+
+def run_protocol(protocol: Protocol, variants: list[str], methods: list[str], phase: str) -> dict[str, Any]:
+    """Run every missing stage up to ``phase``; return what is cached (the rest: None)."""
+    stop = PHASES.index(phase)
+    state: dict[str, Any] = {"finetune": {}, "eval": {}, "sweep": {}, "seeds": {}, "chosen": {}}
+    protocol.data()
+    for variant in variants:
+        for role in ("retain", "target"):
+            protocol.finetune(role, variant)
+            state["finetune"][role, variant] = protocol.cache.record(f"finetune/{role}-{variant}")
+    if stop < PHASES.index("evaluate"):
+        return state
+    for variant in variants:
+        for role in ("retain", "target"):
+            state["eval"][role, variant] = protocol.evaluate_model(role, variant)
+    if stop < PHASES.index("sweep"):
+        return state
+    for variant, method in itertools.product(variants, methods):
+        sweep = {setting_name(s): protocol.unlearn(variant, method, s, SWEEP_SEED) for s in SWEEPS[method]}
+        state["sweep"][variant, method] = sweep
+    if stop < PHASES.index("seeds"):
+        return state
+    for variant, method in itertools.product(variants, methods):
+        target_mu = state["eval"]["target", variant]["model_utility"]
+        chosen, matched = select(state["sweep"][variant, method], target_mu)
+        setting = next(s for s in SWEEPS[method] if setting_name(s) == chosen)
+        state["chosen"][variant, method] = (chosen, matched)
+        state["seeds"][variant, method] = [protocol.unlearn(variant, method, setting, seed) for seed in TEST_SEEDS]
+    return state
+
+
+def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) -> dict[str, Any]:
+    """Whatever stages are cached, read without computing anything."""
+    cache = protocol.cache
+    state: dict[str, Any] = {"finetune": {}, "eval": {}, "sweep": {}, "seeds": {}, "chosen": {}}
+
+    def stored(name: str) -> Any:
+        record = cache.record(name)
+        return record["result"] if record else None
+
+    for variant in variants:
+        for role in ("retain", "target"):
+            if record := cache.record(f"finetune/{role}-{variant}"):
+                state["finetune"][role, variant] = record
+            if result := stored(f"eval/{role}-{variant}"):
+                state["eval"][role, variant] = result
+    for variant, method in itertools.product(variants, methods):
+        sweep = {
+            setting_name(s): r
+            for s in SWEEPS[method]
+            if (r := stored(f"unlearn/{variant}/{method}/{setting_name(s)}/seed{SWEEP_SEED}"))
+        }
+        if sweep:
+            state["sweep"][variant, method] = sweep
+        target = state["eval"].get(("target", variant))
+        if target and len(sweep) == len(SWEEPS[method]):
+            chosen, matched = select(sweep, target["model_utility"])
+            state["chosen"][variant, method] = (chosen, matched)
+            seeds = [r for k in TEST_SEEDS if (r := stored(f"unlearn/{variant}/{method}/{chosen}/seed{k}"))]
+            state["seeds"][variant, method] = seeds
+    return state
+
+
+def render(state: dict[str, Any], args: argparse.Namespace, variants: list[str], methods: list[str]) -> str:
+    sections = [header(args)]
+    sections.append(render_finetune(state, variants))
+    sections.append(render_methods(state, variants, methods))
+    sections.append(render_pending(state, variants, methods))
+    return "\n\n".join(part for part in sections if part)
+
+
+def header(args: argparse.Namespace) -> str:
+    scale = (
+        "**TOFU-20** (the CPU default): the 2 authors of `forget01` and 18 retain authors (authors 0-17 of "
+        "`retain_perturbed`), 400 QA pairs for the target, 360 for the retain model; unlearning `forget01` (40 "
+        "records); evaluation on all 40 `forget01_perturbed` records, the 18 authors' 360 `retain_perturbed` records, "
+        "all 100 `real_authors` and 117 `world_facts`."
+        if args.protocol == "tofu20"
+        else "**TOFU full**: target on `full`, retain model on `retain95`, unlearning `forget05`, all 817 evaluation "
+        "records."
+    )
+    return f"""## TOFU protocol on `{args.model}`{" (quick smoke run on a tiny model)" if args.tiny else ""}
+
+{scale}
+
+Fine-tuning (TOFU's recipe): {args.finetune_epochs} epochs, effective batch {EFFECTIVE_BATCH} ({MICRO_BATCH} x
+{EFFECTIVE_BATCH // MICRO_BATCH} accumulated), AdamW weight decay 0.01, one warm-up epoch then linear decay, lr
+{args.finetune_lr} (full) / {args.finetune_lr_lora} (LoRA r=8 on q/k/v/o), chat template. Memorisation gate: the
+target's forget ROUGE-L recall >= {MEMORISATION_GATE}. Unlearning: {UNLEARN_EPOCHS} epochs (LUNAR: its released 20),
+effective batch {EFFECTIVE_BATCH} ({MICRO_BATCH} forget + {MICRO_BATCH} retain per micro batch), one warm-up epoch then
+linear decay for the methods that train the model (LUNAR and Attention-Shifting keep their released optimisers), lr
+swept over {list(LRS)} (SimNPO also beta in {{2.5, 3.5, 4.5}}, gamma in {{0, 1}}; LUNAR and Attention-Shifting around
+their released lr) on seed {SWEEP_SEED}; the chosen setting (Model Utility >= {MATCHED_UTILITY} x the target's, then
+the highest Forget Quality on seed {SWEEP_SEED}) is rerun on seeds {", ".join(map(str, TEST_SEEDS))}, which report the
+mean ± std. Evaluation: `UnlearningEvaluation`, greedy answers of up to 200 new tokens, ROUGE-L recall with Porter
+stemming (`rouge-score`), Forget Quality = KS-test p-value of the forget truth ratios against the retain model's
+(sample sizes next to it); refusal = an answer matching TOFU's refusal phrasings; fabrication = neither a refusal
+nor correct (ROUGE-L recall < 0.5)."""
+
+
+def render_finetune(state: dict[str, Any], variants: list[str]) -> str:
+    rows = []
+    for variant, role in itertools.product(variants, ("target", "retain")):
+        record, result = state["finetune"].get((role, variant)), state["eval"].get((role, variant))
+        if record is None:
+            continue
+        gate = "-"
+        if result and role == "target":
+            gate = "passed" if result["forget_rougeL"] >= MEMORISATION_GATE else "**failed**"
+        rows.append(
+            [
+                f"{role} ({variant})",
+                f"{record['result']['train_seconds']:.0f}",
+                *(fmt(result.get(k)) if result else "-" for k in ("forget_rougeL", "forget_prob", "model_utility")),
+                fmt(result.get("retain_rougeL")) if result else "-",
+                gate,
+                record["machine"],
+            ]
+        )
+    if not rows:
+        return ""
+    header_row = ["model", "fine-tune (s)", "forget ROUGE-L", "forget prob", "MU", "retain ROUGE-L", "gate", "machine"]
+    return "### Fine-tuned models\n\n" + table(header_row, rows)
+
+
+def render_methods(state: dict[str, Any], variants: list[str], methods: list[str]) -> str:
+    rows = []
+    for variant, method in itertools.product(variants, methods):
+        sweep = state["sweep"].get((variant, method))
+        if not sweep:
+            continue
+        chosen = state["chosen"].get((variant, method))
+        seeds = state["seeds"].get((variant, method), [])
+        runs = seeds if seeds else []
+        label = chosen[0] + ("" if chosen[1] else " (MU not matched)") if chosen else f"sweep {len(sweep)} done"
+        rows.append(
+            [
+                f"{method} ({variant})",
+                label,
+                f"{len(seeds)}",
+                *(mean_std_of(runs, key) for key in COLUMNS),
+                mean_std_of(runs, "fit_seconds"),
+            ]
+        )
+    if not rows:
+        return ""
+    return "### Methods at matched utility\n\n" + table(
+        ["method", "chosen setting", "seeds", *COLUMNS.values(), "fit (s)"], rows
+    )
+
+
+def render_pending(state: dict[str, Any], variants: list[str], methods: list[str]) -> str:
+    missing = [
+        f"fine-tune {r} ({v})" for v in variants for r in ("target", "retain") if (r, v) not in state["finetune"]
+    ]
+    missing += [f"evaluate {r} ({v})" for v in variants for r in ("target", "retain") if (r, v) not in state["eval"]]
+    for variant, method in itertools.product(variants, methods):
+        done = len(state["sweep"].get((variant, method), {}))
+        if done < len(SWEEPS[method]):
+            missing.append(f"{method} ({variant}) sweep {done}/{len(SWEEPS[method])}")
+        elif len(state["seeds"].get((variant, method), [])) < len(TEST_SEEDS):
+            missing.append(f"{method} ({variant}) seeds {len(state['seeds'].get((variant, method), []))}/3")
+    if not missing:
+        return ""
+    return "### Not yet run\n\nThese stages are not cached yet (the run resumes them): " + "; ".join(missing) + "."
+
+
+def protocol_section(args: argparse.Namespace) -> str:
+    protocol = Protocol(args)
+    variants, methods = comma_list(args.variants), comma_list(args.methods)
+    if not args.render_only:
+        run_protocol(protocol, variants, methods, args.phase)
+    return render(cached_state(protocol, variants, methods), args, variants, methods)
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], str]] = {"protocol": protocol_section}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--protocol", choices=("tofu20", "full"), default="tofu20", help="TOFU-20 (CPU) or full TOFU")
+    parser.add_argument("--phase", choices=PHASES, default="seeds", help="run stages up to this phase (default all)")
+    parser.add_argument("--render-only", action="store_true", help="render the cached stages, compute nothing")
+    parser.add_argument("--variants", default="full", help="comma-separated from full,lora (default full)")
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
+    parser.add_argument("--model", default=SMOLLM2_NAME, help="the pretrained model (default smollm2-135m-instruct)")
+    parser.add_argument("--finetune-lr", type=float, default=1e-4, help="full fine-tuning lr (default 1e-4)")
+    parser.add_argument("--finetune-lr-lora", type=float, default=1e-3, help="LoRA fine-tuning lr (default 1e-3)")
+    parser.add_argument("--finetune-epochs", type=int, default=FINETUNE_EPOCHS)
+    parser.add_argument("--unlearn-epochs", type=int, help="override every method's epochs (smoke runs)")
+    parser.add_argument("--eval-samples", type=int, help="records per evaluation split (default all)")
+    parser.add_argument("--tofu", type=Path, default=TOFU, help="directory of TOFU's JSON Lines files")
+
+
+def finish_arguments(args: argparse.Namespace) -> None:
+    """``--quick``: a tiny model from config, 1 epoch, 8 records per split, its own work directory."""
+    args.tiny = None
+    if args.quick:
+        args.tiny = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "max_positions": 512}
+        args.model, args.finetune_epochs, args.unlearn_epochs = "tiny-llama", 1, 1
+        args.eval_samples = args.eval_samples or 8
+    default = REPO_ROOT / "runs" / "benchmarks" / "unlearning"
+    if args.workdir == default:
+        args.workdir = default / (args.protocol + ("-quick" if args.quick else ""))
+    json.dumps(vars(args), default=str)  # every option is plain data: the stage configurations embed some
+    for variant in comma_list(args.variants):
+        if variant not in VARIANTS:
+            raise SystemExit(f"--variants: unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+    for method in comma_list(args.methods):
+        if method not in METHODS:
+            raise SystemExit(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
+    torch.set_num_threads(args.threads)

@@ -1,0 +1,122 @@
+"""Cached stages of a long pipeline: a benchmark that spans sessions resumes where it stopped.
+
+A stage is a named step with a JSON configuration, e.g. ``finetune/target-full`` with its learning
+rate and epochs. :meth:`StageCache.run` computes it once and keeps, in ``<root>/<name>/``, what the
+computation wrote (checkpoints, evaluation files) and ``stage.json``: its configuration, its JSON
+result, and how it was made (command, start date, wall time, machine, versions). Running the stage
+again returns the stored result without recomputing it while the configuration is the same; a
+changed configuration recomputes it and replaces the old one.
+
+A stage computes into a temporary sibling directory that replaces ``<root>/<name>/`` only when it
+has finished (:func:`~trustlit.paths.atomic_directory`), so an interrupted stage leaves nothing that
+a later run could mistake for a result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trustlit.paths import atomic_directory, write_json_atomic
+
+RECORD_NAME = "stage.json"
+
+
+def utc_date() -> str:
+    """Now, as ``date -u`` writes it."""
+    return datetime.now(timezone.utc).strftime("%a %b %d %H:%M:%S UTC %Y")
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what the platform reports."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text(encoding="utf-8").splitlines() if cpuinfo.is_file() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or "unknown"
+
+
+def machine() -> str:
+    """The CPU, its cores, how many of them this process may use, and the GPU if there is one."""
+    accelerator = f"GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "CPU only"
+    return (
+        f"{cpu_model()}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} available to the process), "
+        f"{accelerator}"
+    )
+
+
+def config_digest(config: Mapping[str, Any]) -> str:
+    """A stable hash of a JSON configuration (key order does not matter)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class StageCache:
+    """Stages under ``root``, each computed once per configuration.
+
+    Args:
+        root: the directory that holds one subdirectory per stage (names may contain ``/``).
+        command: the command recorded with each stage; default this process's command line.
+    """
+
+    def __init__(self, root: Path | str, command: str | None = None) -> None:
+        self.root = Path(root)
+        self.command = command or shlex.join([sys.executable, *sys.argv])
+
+    def path(self, name: str) -> Path:
+        """The directory of stage ``name`` (what its computation wrote lies here once it finished)."""
+        if not name or name.startswith("/") or ".." in Path(name).parts:
+            raise ValueError(f"stage name must be a relative path without '..', got {name!r}")
+        return self.root / name
+
+    def record(self, name: str) -> dict[str, Any] | None:
+        """The stored record of stage ``name``, or None if it never finished."""
+        path = self.path(name) / RECORD_NAME
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+    def done(self, name: str, config: Mapping[str, Any]) -> bool:
+        """Whether stage ``name`` finished with this configuration."""
+        record = self.record(name)
+        return record is not None and record["config_digest"] == config_digest(_checked(name, config))
+
+    def run(self, name: str, config: Mapping[str, Any], compute: Callable[[Path], Any]) -> Any:
+        """The result of stage ``name``: stored if it finished with ``config``, else ``compute(directory)``.
+
+        ``compute`` writes its files into the directory it is given and returns a JSON-serialisable
+        result; on success the directory becomes :meth:`path` (replacing an older configuration's).
+        """
+        config = _checked(name, config)
+        if self.done(name, config):
+            return self.record(name)["result"]
+        with atomic_directory(self.path(name)) as scratch:
+            started, began = utc_date(), time.perf_counter()
+            result = compute(scratch)
+            record = {
+                "name": name,
+                "config": config,
+                "config_digest": config_digest(config),
+                "result": result,
+                "command": self.command,
+                "started": started,
+                "wall_seconds": time.perf_counter() - began,
+                "machine": machine(),
+                "versions": f"Python {platform.python_version()}, torch {torch.__version__}",
+            }
+            write_json_atomic(scratch / RECORD_NAME, record)
+        return result
+
+
+def _checked(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return json.loads(json.dumps(dict(config)))
+    except TypeError as error:
+        raise ValueError(f"stage {name!r}: its configuration must be JSON-serialisable ({error})") from error
