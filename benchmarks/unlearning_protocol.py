@@ -384,7 +384,7 @@ def run_protocol(protocol: Protocol, variants: list[str], methods: list[str], ph
     state: dict[str, Any] = {"finetune": {}, "eval": {}, "sweep": {}, "seeds": {}, "chosen": {}}
     protocol.data()
     for variant in variants:
-        for role in ("retain", "target"):
+        for role in ("target", "retain"):
             protocol.finetune(role, variant)
             state["finetune"][role, variant] = protocol.cache.record(f"finetune/{role}-{variant}")
     if stop < PHASES.index("evaluate"):
@@ -562,7 +562,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", default="full", help="comma-separated from full,lora (default full)")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
     parser.add_argument("--model", default=SMOLLM2_NAME, help="the pretrained model (default smollm2-135m-instruct)")
-    parser.add_argument("--finetune-lr", type=float, default=1e-4, help="full fine-tuning lr (default 1e-4)")
+    parser.add_argument("--finetune-lr", type=float, default=3e-4, help="full fine-tuning lr (default 3e-4)")
     parser.add_argument("--finetune-lr-lora", type=float, default=1e-3, help="LoRA fine-tuning lr (default 1e-3)")
     parser.add_argument("--finetune-epochs", type=int, default=FINETUNE_EPOCHS)
     parser.add_argument("--unlearn-epochs", type=int, help="override every method's epochs (smoke runs)")
