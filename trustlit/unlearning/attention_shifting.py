@@ -1,19 +1,36 @@
 """Attention-Shifting (AS): Tan, Qu, Li, Zhang, Cui, Chen and Gao, "Wisdom is Knowing What not to
 Say: Hallucination-Free LLMs Unlearning via Attention Shifting", NeurIPS 2025, arXiv 2510.17210.
 
-Adapters on the self-attention modules of a frozen model are trained so that, on the forget set,
-the answer-predicting positions attend less to fact-bearing tokens (importance-aware suppression)
-while on the retain set the attention is held to the model's own, essential tokens reinforced
-(attention-guided retention enhancement); a refusal term (ours) makes the declining explicit.
+Adapters on the self-attention modules of a frozen model are trained so that the attention on the
+forget set moves off fact-bearing tokens (importance-aware suppression) while the attention on the
+retain set stays the model's own (attention-guided retention). Two formulations (``mode``).
 
-Notation (symbols as in the code). pi_ref is the model before unlearning: the same network
-with its adapters switched off. A^theta_{l,h}(q, k) and A^ref_{l,h}(q, k) are the attention
-probabilities of the adapted and the reference model in layer l of ``layers`` (L), head h,
-from query position q to key position k. Q is the set of answer-predicting query positions of
-a sample (those whose next token is an answer token); C its candidate tokens (not padding, not
-special tokens).
+Notation (symbols as in the code). pi_ref is the model before unlearning: the same network with
+its adapters switched off. A^theta_{l,h}(q, k) and A^ref_{l,h}(q, k) are the attention
+probabilities of the adapted and the reference model in layer l of ``layers`` (L), head h, from
+query position q to key position k; V the valid (non-padding) positions of a sample; B the batch.
 
-Importance, per sample, under pi_ref and without touching any parameter::
+``mode="paper"`` (default), the released code's objective (github.com/CCT-sys/AS-unlearning).
+Fact-bearing tokens come from part-of-speech tags of the question and answer words: f_q = 1 for the
+tokens of PROPN, VERB and NUM words (``fact_tags``), o_q = 1 for the tokens of every other word,
+both 0 on template, special and padding tokens (``part_of_speech_masks``; tagger: textblob's
+PatternTagger, Penn tags mapped to Universal POS, where the released code runs spaCy). The masks
+index the QUERY row q of the attention, as the released code's ``noun.unsqueeze(1).unsqueeze(3)``::
+
+    c(q, k)     = clip(A^ref(q, k) (1 - sigma f_q) + beta o_q, 1e-6, 1)            (released_suppression_target)
+    A^sup(q, k) = c(q, k) / (sum_{k in V} c(q, k) + 1e-6)
+    L_ASP = mean_{l in L} (1/B) sum_{b,h} sum_{q in V} KL(softmax_k A^theta(q, .) || softmax_k A^sup(q, .))
+    L_AKL = mean_{l in L} (1/B) sum_{b,h} [ sum_{q in V} KL(softmax_k A^ref(q, .) || softmax_k A^theta(q, .))
+                                          + sum_{k in V} KL(softmax_q A^ref(., k) || softmax_q A^theta(., k)) ]
+    L = lambda_sup L_ASP + lambda_ret L_AKL  (+ alpha L_retain + lambda_idk NLL(r | x_f), both 0 by default)
+
+KL(current || adjusted) in L_ASP and KL(reference || current) in L_AKL are the directions of the
+released ``F.kl_div`` calls; the softmax runs over the attention probabilities themselves
+(``softmax_kl``). With beta = 1.2 >= 1 every o-row of A^sup is uniform over V, future keys
+included, and the f-rows keep the reference's shape (the 1 - sigma scale is renormalised away).
+
+``mode="trustlit"``, our variant: importance by attention-weighted gradient saliency on the keys,
+with Q the answer-predicting query rows and C the candidate tokens (not padding, not special)::
 
     g_k = || d/d e_k  sum_t -log pi_ref(y_t | x, y_<t) ||_2      gradient saliency of token k
     a_k = mean_{l in L, h, q in Q} A^ref_{l,h}(q, k)               attention the answer pays to k
@@ -21,16 +38,12 @@ Importance, per sample, under pi_ref and without touching any parameter::
     F   = the ceil(rho |C|) candidates with the largest s          (top_fraction_mask)
 
 F is the fact-bearing set of a forget sample; on a retain sample the same rule gives the
-essential set E. Targets: the reference attention with key k reweighted by w_k::
+essential set E. Targets: the reference attention with KEY k reweighted by w_k::
 
     A~(q, k) = A^ref(q, k) w_k / sum_j A^ref(q, j) w_j              (shifted_attention)
     forget:  w_k = 1 - sigma  if k in F  else 1 + beta              (shift_weights)
     retain:  w_k = 1 + gamma  if k in E  else 1
-
-Loss, with KL summed over heads and query rows and averaged over layers and samples
-(``attention_kl``, the released code's ``batchmean``)::
-
-    L_sup = mean_{l in L} (1/B) sum_b sum_h sum_{q in Q_b} KL(A~_f(q, .) || A^theta(q, .))   on forget
+    L_sup = mean_{l in L} (1/B) sum_b sum_h sum_{q in Q_b} KL(A~_f(q, .) || A^theta(q, .))   (attention_kl)
     L_ret = the same on retain, with the retain target
     L = lambda_sup L_sup + lambda_ret L_ret + alpha L_retain + lambda_idk NLL(r | x_f)
 
@@ -39,10 +52,11 @@ of their next-token distributions (``"kl"``); NLL(r | x_f) is the token-mean NLL
 to a forget question x_f, from the ``idk`` batches of ``ForgetRetainDataModule(refusals=...)``.
 
 Defaults: sigma = 0.3, beta = 1.2, layers = the last two, adapters of width 64 on the attention
-outputs, lambda_sup = lambda_ret = 1, Adam lr 5e-4 (the released code's); rho = 0.3, gamma = 0.2,
-alpha = 1, lambda_idk = 1 (ours). The model runs with eager attention (to read the probabilities).
+outputs, lambda_sup = lambda_ret = 1, Adam lr 5e-4 (the released code's, both modes); ``paper``:
+alpha = lambda_idk = 0; ``trustlit``: rho = 0.3, gamma = 0.2, alpha = 1, lambda_idk = 1 (ours).
+The model runs with eager attention (to read the probabilities).
 
-Notes: docs/methods/attention_shifting.md (sources, differences from the released code, our choices).
+Notes: docs/methods/attention_shifting.md
 """
 
 from __future__ import annotations
@@ -465,6 +479,8 @@ class AttentionShifting(UnlearningModule):
         if spec is not None and spec.lora is not None:
             raise ValueError("AttentionShifting trains its own attention adapters: drop `lora` from the model spec")
         super().__init__(spec, lr=lr, **kwargs)
+        # the resolved defaults, also where LightningCLI gave the hyperparameters as written (None)
+        self.hparams.update(retain_weight=retain_weight, refusal_weight=refusal_weight, fact_tags=fact_tags)
 
         blocks = decoder_layers(self.model)
         chosen = layers if layers is not None else [-2, -1]
