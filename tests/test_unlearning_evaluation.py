@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import csv
+import inspect
 import json
+import warnings
 from pathlib import Path
 
 import lightning as L
 import pytest
 from lightning.pytorch.loggers import CSVLogger
+from scipy.stats import ks_2samp
 
 from trustlit import CausalLMFineTuning, CausalLMSpec
 from trustlit.cli import main
 from trustlit.data import FictitiousConfig, QADataModule
+from trustlit.metrics import score_split
 from trustlit.paths import write_json_atomic
-from trustlit.unlearning.evaluation import UnlearningEvaluation
+from trustlit.unlearning.evaluation import UnlearningEvaluation, forget_quality_results
 
 TINY = {"hidden_size": 32, "num_layers": 2, "num_heads": 2}
 CORPUS = FictitiousConfig(num_authors=4, seed=0, num_perturbed=2)
@@ -106,6 +110,8 @@ def test_evaluation_writes_logs_and_serves_as_reference(tmp_path):
     compared = evaluation(reference=str(written), output=str(tmp_path / "unlearned.json"))
     make_trainer(tmp_path / "unlearned", compared).test(module, datamodule=datamodule)
     assert compared.results["forget_quality"] == 1.0
+    assert compared.results["forget_quality_n"] == compared.results["forget_quality_reference_n"] == 4
+    assert list(compared.results).index("forget_quality_n") == list(compared.results).index("forget_quality") + 1
     assert compared.results["privleak"] == 0.0
     assert compared.results["model_utility"] == pytest.approx(callback.results["model_utility"])
     assert json.loads((tmp_path / "unlearned.json").read_text())["metrics"]["forget_quality"] == 1.0
@@ -171,10 +177,29 @@ def test_bad_arguments(kwargs, match):
         evaluation(**kwargs)
 
 
+def test_forget_quality_reports_the_ks_sample_sizes_and_warns_when_they_differ():
+    ratios, reference = [0.5, 1.0, 2.0, 4.0], [0.25, 0.5, 1.5, 3.0, 6.0, 8.0]
+    with pytest.warns(UserWarning, match=r"compares 4 forget truth ratios with the reference's 6.*max_samples"):
+        results = forget_quality_results(ratios, reference)
+    assert results == {
+        "forget_quality": pytest.approx(ks_2samp(ratios, reference).pvalue, abs=1e-12),
+        "forget_quality_n": 4,
+        "forget_quality_reference_n": 6,
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # equal sizes: no warning
+        assert forget_quality_results(ratios, ratios)["forget_quality"] == 1.0
+
+
+def test_generation_defaults_to_tofus_200_new_tokens():
+    assert UnlearningEvaluation().max_new_tokens == 200
+    assert inspect.signature(score_split).parameters["max_new_tokens"].default == 200
+
+
 def test_compare_prints_runs_side_by_side(tmp_path, capsys):
     before, after = tmp_path / "before.json", tmp_path / "after.json"
     write_json_atomic(before, {"metrics": {"forget_prob": 0.9, "model_utility": 0.5}})
-    write_json_atomic(after, {"metrics": {"forget_prob": 0.125, "forget_quality": 0.25}})
+    write_json_atomic(after, {"metrics": {"forget_prob": 0.125, "forget_quality": 0.25, "forget_quality_n": 40}})
     main(["compare", f"before={before}", f"after={after}"])
     rows = {
         line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
@@ -184,6 +209,7 @@ def test_compare_prints_runs_side_by_side(tmp_path, capsys):
     assert rows["forget_prob"] == ["0.9000", "0.1250"]
     assert rows["model_utility"] == ["0.5000", "-"]
     assert rows["forget_quality"] == ["-", "0.2500"]
+    assert rows["forget_quality_n"] == ["-", "40"], "sample sizes print as counts"
     with pytest.raises(SystemExit) as exit_info:
         main(["compare", str(tmp_path / "missing.json")])
     assert exit_info.value.code != 0

@@ -6,8 +6,10 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from trustlit.llm.prompts import IGNORE_INDEX
+from trustlit.unlearning import KLMinimization
 from trustlit.unlearning.losses import (
     dpo_loss,
     gradient_ascent_loss,
@@ -22,6 +24,7 @@ from trustlit.unlearning.losses import (
 LOGP = torch.tensor([-6.0, -2.0, -9.0])
 REF_LOGP = torch.tensor([-4.0, -3.0, -9.0])
 NUM_TOKENS = torch.tensor([3, 2, 6])
+TINY_LM = {"name_or_path": "tiny-llama", "tiny": {"hidden_size": 32, "num_layers": 2, "num_heads": 2}}
 
 
 def log_sigmoid(x: float) -> float:
@@ -81,18 +84,87 @@ def test_dpo_closed_form():
     assert dpo_loss(chosen, rejected, ref_chosen, ref_rejected, beta).item() == pytest.approx(expected, rel=1e-6)
 
 
-def test_kl_to_reference_on_answer_tokens_only():
-    vocab = 3
-    logits = torch.zeros(1, 4, vocab)
-    ref_logits = torch.zeros(1, 4, vocab)
+def kl_by_hand(ref_row: list[float]) -> float:
+    """KL(softmax(ref_row) || uniform) over a 3-token vocabulary."""
+    p = torch.softmax(torch.tensor(ref_row), 0)
+    return float((p * (p.log() - math.log(1 / 3))).sum())
+
+
+def tiny_kl_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """pi_theta uniform everywhere; pi_ref differs at a prompt position (0) and an answer-predicting one (1)."""
+    logits = torch.zeros(1, 4, 3)
+    ref_logits = torch.zeros(1, 4, 3)
     ref_logits[0, 1] = torch.tensor([2.0, 0.0, 0.0])  # predicts token 2 (answer)
-    ref_logits[0, 0] = torch.tensor([9.0, 0.0, 0.0])  # predicts token 1 (prompt): ignored
+    ref_logits[0, 0] = torch.tensor([9.0, 0.0, 0.0])  # predicts token 1 (prompt)
     labels = torch.tensor([[IGNORE_INDEX, IGNORE_INDEX, 1, 2]])  # answer tokens at positions 2, 3
-    p = torch.softmax(torch.tensor([2.0, 0.0, 0.0]), 0)
-    kl_position_1 = float((p * (p.log() - math.log(1 / 3))).sum())
-    # answer positions 2 and 3 are predicted from positions 1 and 2; position 2 has KL 0
-    assert kl_to_reference(logits, ref_logits, labels).item() == pytest.approx(kl_position_1 / 2, rel=1e-6)
+    return logits, ref_logits, labels
+
+
+def test_kl_to_reference_on_answer_tokens_only():
+    logits, ref_logits, labels = tiny_kl_batch()
+    # answer positions 2 and 3 are predicted from positions 1 and 2; position 2 has KL 0, prompt position 0 is ignored
+    expected = kl_by_hand([2.0, 0.0, 0.0]) / 2
+    assert kl_to_reference(logits, ref_logits, labels).item() == pytest.approx(expected, rel=1e-6)
+    assert kl_to_reference(logits, ref_logits, labels, "answer_tokens").item() == pytest.approx(expected, rel=1e-6)
     assert kl_to_reference(ref_logits, ref_logits, labels).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_kl_to_reference_on_all_positions_as_tofu_and_open_unlearning():
+    logits, ref_logits, labels = tiny_kl_batch()
+    # every one of the B*T = 4 positions counts, the prompt position 0 and the last position 3 included
+    expected = (kl_by_hand([9.0, 0.0, 0.0]) + kl_by_hand([2.0, 0.0, 0.0])) / 4
+    assert kl_to_reference(logits, ref_logits, labels, "all_positions").item() == pytest.approx(expected, rel=1e-6)
+    # a second, all-padding sample with KL 0 halves the mean: the divisor is B*T, not the answer-token count
+    padded = [torch.cat([x, torch.zeros_like(x)]) for x in (logits, ref_logits)]
+    both_labels = torch.cat([labels, torch.full_like(labels, IGNORE_INDEX)])
+    assert kl_to_reference(*padded, both_labels, "all_positions").item() == pytest.approx(expected / 2, rel=1e-6)
+
+
+def test_all_positions_kl_equals_open_unlearnings_expression_on_random_logits():
+    generator = torch.Generator().manual_seed(0)
+    logits, ref_logits = torch.randn(2, 2, 5, 7, generator=generator)
+    labels = torch.tensor([[IGNORE_INDEX, IGNORE_INDEX, 3, 4, IGNORE_INDEX], [IGNORE_INDEX, 1, 2, 3, 4]])
+    # open-unlearning's compute_kl_divergence (and TOFU's KL loss), on the flattened [B*T, V] log-probabilities
+    peer = F.kl_div(
+        F.log_softmax(logits, -1).view(-1, 7),
+        F.log_softmax(ref_logits, -1).view(-1, 7),
+        reduction="batchmean",
+        log_target=True,
+    )
+    assert kl_to_reference(logits, ref_logits, labels, "all_positions").item() == pytest.approx(peer.item(), rel=1e-6)
+    answer_only = kl_to_reference(logits, ref_logits, labels, "answer_tokens").item()
+    assert answer_only != pytest.approx(peer.item(), rel=1e-3), "the two reductions differ on these logits"
+
+
+def test_kl_reduction_is_checked():
+    logits, ref_logits, labels = tiny_kl_batch()
+    with pytest.raises(ValueError, match=r"kl_reduction must be one of .*'answer_tokens'.* got 'tokens'"):
+        kl_to_reference(logits, ref_logits, labels, "tokens")
+    with pytest.raises(ValueError, match=r"kl_reduction must be one of .* got 'batchmean'"):
+        KLMinimization(lm=TINY_LM, kl_reduction="batchmean")
+
+
+@pytest.mark.parametrize("reduction", ["answer_tokens", "all_positions"])
+def test_kl_minimization_retain_term_uses_its_kl_reduction(reduction):
+    torch.manual_seed(0)
+    module = KLMinimization(lm=TINY_LM, kl_reduction=reduction)
+    with torch.no_grad():  # move pi_theta away from pi_ref so that the KL is not 0
+        for parameter in module.model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    labels = torch.tensor([[IGNORE_INDEX, IGNORE_INDEX, 5, 6, IGNORE_INDEX], [IGNORE_INDEX, 7, 8, 9, 10]])
+    retain = {
+        "input_ids": torch.tensor([[1, 2, 5, 6, 0], [3, 7, 8, 9, 10]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]),
+        "labels": labels,
+    }
+    module.eval()
+    with torch.no_grad():
+        logits = module.model(input_ids=retain["input_ids"], attention_mask=retain["attention_mask"]).logits
+        ref_logits = module.reference(input_ids=retain["input_ids"], attention_mask=retain["attention_mask"]).logits
+        term = module.retain_loss(retain, "kl")
+    assert module.hparams.kl_reduction == reduction
+    assert term.item() == pytest.approx(kl_to_reference(logits, ref_logits, labels, reduction).item(), rel=1e-5)
+    assert term.item() > 0
 
 
 def test_masked_mean_squared_distance_and_rmu():

@@ -5,7 +5,8 @@ Subclasses define ``training_step``. Validation and test report, for each evalua
 
 - ``{stage}/{s}/loss``: mean answer-token NLL;
 - ``{stage}/{s}/answer_prob``: mean length-normalised answer probability P(y|x)^(1/|y|);
-- ``{stage}/{s}/rougeL_recall``: mean ROUGE-L recall of greedy answers (when ``generate``).
+- ``{stage}/{s}/rougeL_recall``: mean ROUGE-L recall of greedy answers (when ``generate``), stemmed as
+  TOFU scores it (:func:`~trustlit.metrics.text.rouge_l_recall`).
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class CausalLMModule(L.LightningModule):
         }
         if self.hparams.generate:
             answers = generate_greedy(self.model, self.tokenizer, batch, self.hparams.max_new_tokens)
-            rouge = [rouge_l_recall(a, ref) for a, ref in zip(answers, batch["answer"], strict=True)]
+            rouge = [rouge_l_recall(a, ref, stem=True) for a, ref in zip(answers, batch["answer"], strict=True)]
             values["rougeL_recall"] = torch.tensor(rouge, device=sum_logprob.device)
         for name, value in values.items():
             self.log(

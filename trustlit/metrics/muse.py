@@ -5,7 +5,8 @@
   the model continues the prefix ``x + y_<=h`` (h = floor(n/2)) greedily for up to
   ``n - h + slack_tokens`` tokens; VerbMem = mean ROUGE-L F1(continuation, text of y_>h).
 - KnowMem (knowledge memorisation): mean ROUGE-L F1 of the greedy answer against the answer,
-  on the forget split and on the retain split.
+  on the forget split and on the retain split. Both ROUGE-L F1s are unstemmed, as MUSE's released
+  code scores them (``metrics/logger.py``: ``RougeScorer(..., use_stemmer=False)``, rougeL fmeasure).
 - Min-K% Prob (Shi et al., 2023, arXiv 2310.16789): with log p_t = log p(y_t | x, y_<t) the
   answer-token log-probs, ``MinK(x, y) = mean of the ceil(k*|y|) smallest log p_t`` (k = 40%, MUSE's
   ``Min-40%``); high means "looks like training data". (MUSE's code cuts with floor; ceil keeps
@@ -34,6 +35,7 @@ from trustlit.metrics.text import rouge_l_f1
 
 MIN_K = 0.4  # MUSE's privleak key 'forget_holdout_Min-40%'
 VERBMEM_SLACK_TOKENS = 4
+MUSE_STEM = False  # MUSE's RougeEvalLogger: RougeScorer(..., use_stemmer=False)
 
 
 def min_k_scores(token_nll: Sequence[torch.Tensor], k: float = MIN_K) -> torch.Tensor:
@@ -58,7 +60,7 @@ def knowmem(generated: Sequence[str], answers: Sequence[str]) -> float:
     """Mean ROUGE-L F1 of greedy answers against the true answers."""
     if len(generated) != len(answers) or not answers:
         raise ValueError(f"knowmem needs as many answers as references (>0), got {len(generated)}, {len(answers)}")
-    return sum(rouge_l_f1(g, a) for g, a in zip(generated, answers, strict=True)) / len(answers)
+    return sum(rouge_l_f1(g, a, stem=MUSE_STEM) for g, a in zip(generated, answers, strict=True)) / len(answers)
 
 
 def verbmem_scores(
@@ -99,5 +101,5 @@ def verbmem_scores(
                 for text in generate_greedy(model, tokenizer, batch, rest_length + slack_tokens)
             ]
             for i, text in zip(group, continuations, strict=True):
-                scores[i] = rouge_l_f1(text, tokenizer.decode(references[i], skip_special_tokens=True))
+                scores[i] = rouge_l_f1(text, tokenizer.decode(references[i], skip_special_tokens=True), stem=MUSE_STEM)
     return scores

@@ -2,19 +2,26 @@
 
 - Answer probability: the length-normalised probability of the reference answer,
   P(y | x)^(1/|y|) = exp(sum_t log p(y_t | x, y_<t) / |y|).
-- ROUGE-L of a generated answer over lower-cased alphanumeric words (the tokenisation of
-  Google's ``rouge_score`` without stemming): recall R = LCS(generated, reference) / |reference|,
-  precision P = LCS / |generated|, F1 = 2PR / (P + R) (MUSE's VerbMem and KnowMem).
+- ROUGE-L of a generated answer g against a reference y, computed by Google's ``rouge-score``
+  package (``RougeScorer(["rougeL"], use_stemmer=stem)``; ``rougeL``, not the sentence-split
+  ``rougeLsum``): both texts are lower-cased, cut into alphanumeric words and, with ``stem``, words
+  longer than 3 characters are Porter-stemmed; then recall R = LCS(g, y) / |y|, precision
+  P = LCS / |g|, F1 = 2PR / (P + R) (all 0 when either text has no word).
+  TOFU (``evaluate_util.py``, ``eval_rouge_recall``) and open-unlearning
+  (``src/evals/metrics/utils.py``, ``eval_rouge_recall_batch``) report the stemmed rougeL *recall*:
+  :func:`rouge_l_recall` with its default ``stem=True`` is that number. MUSE's released code
+  (``metrics/logger.py``) scores VerbMem and KnowMem by rougeL *F1 without stemming*:
+  ``rouge_l_f1(..., stem=False)``.
 - Refusal detection: whether an answer declines to answer (TOFU's ``idontknow.jsonl`` phrasings).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from typing import Any
 
 import torch
-
-_WORD = re.compile(r"[a-z0-9]+")
 
 
 def answer_probability(sum_logprob: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
@@ -24,36 +31,30 @@ def answer_probability(sum_logprob: torch.Tensor, num_tokens: torch.Tensor) -> t
     return torch.exp(sum_logprob / num_tokens)
 
 
-def _words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
+@functools.cache
+def _rouge_l_scorer(stem: bool) -> Any:
+    # imported here: rouge-score pulls in nltk, seconds that every `import trustlit` would pay
+    from rouge_score.rouge_scorer import RougeScorer
+
+    return RougeScorer(["rougeL"], use_stemmer=stem)
 
 
-def _lcs_length(a: list[str], b: list[str]) -> int:
-    previous = [0] * (len(b) + 1)
-    for token in a:
-        current = [0]
-        for j, other in enumerate(b):
-            current.append(previous[j] + 1 if token == other else max(previous[j + 1], current[j]))
-        previous = current
-    return previous[-1]
+def _rouge_l(prediction: str, reference: str, stem: bool) -> Any:
+    """rouge-score's rougeL Score(precision, recall, fmeasure); its argument order is (target, prediction)."""
+    for name, text in (("prediction", prediction), ("reference", reference)):
+        if not isinstance(text, str):
+            raise ValueError(f"ROUGE-L {name} must be a string, got {type(text).__name__}: {text!r:.80}")
+    return _rouge_l_scorer(bool(stem)).score(reference, prediction)["rougeL"]
 
 
-def rouge_l_recall(prediction: str, reference: str) -> float:
-    """ROUGE-L recall of ``prediction`` against ``reference`` (0 for an empty reference)."""
-    reference_words = _words(reference)
-    if not reference_words:
-        return 0.0
-    return _lcs_length(_words(prediction), reference_words) / len(reference_words)
+def rouge_l_recall(prediction: str, reference: str, stem: bool = True) -> float:
+    """ROUGE-L recall LCS / |reference| of ``prediction`` (TOFU's ``rougeL_recall``; 0 for an empty reference)."""
+    return float(_rouge_l(prediction, reference, stem).recall)
 
 
-def rouge_l_f1(prediction: str, reference: str) -> float:
+def rouge_l_f1(prediction: str, reference: str, stem: bool = True) -> float:
     """ROUGE-L F1 of ``prediction`` against ``reference`` (0 when either is empty or they share no word)."""
-    prediction_words, reference_words = _words(prediction), _words(reference)
-    lcs = _lcs_length(prediction_words, reference_words)
-    if lcs == 0:
-        return 0.0
-    precision, recall = lcs / len(prediction_words), lcs / len(reference_words)
-    return 2 * precision * recall / (precision + recall)
+    return float(_rouge_l(prediction, reference, stem).fmeasure)
 
 
 # Every line of TOFU's idontknow.jsonl matches one of these; TOFU's true answers do not, except

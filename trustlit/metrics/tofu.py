@@ -13,9 +13,14 @@ answer y~_i and perturbed (wrong) answers y^_ij, j = 1..J:
 - probability: forget and retain ``mean_i p(y_i|x_i)``; real authors and world facts, where the
   perturbed answers are the other options of a multiple choice,
   ``mean_i p(y_i) / (p(y_i) + sum_j p(y^_ij))``;
-- ROUGE-L recall of the greedy answer against y_i;
-- Forget Quality: the p-value of the two-sample Kolmogorov-Smirnov test between the truth ratios
-  R on the forget split of the unlearned model and of the retain model (trained without it);
+- ROUGE-L recall of the greedy answer against y_i, stemmed, by the ``rouge-score`` package as TOFU
+  computes it (:func:`~trustlit.metrics.text.rouge_l_recall`); the greedy answer runs to EOS or
+  ``TOFU_MAX_NEW_TOKENS`` = 200 new tokens (open-unlearning's ``max_new_tokens: 200``; TOFU's own
+  ``generation.max_length: 200`` caps prompt plus answer, slightly shorter);
+- Forget Quality: the p-value of the two-sample Kolmogorov-Smirnov test (``scipy.stats.ks_2samp``,
+  two-sided, as TOFU's ``get_forget_quality``) between the truth ratios R on the forget split of the
+  unlearned model and of the retain model (trained without it). Its power depends on the two sample
+  sizes, so they are reported with it;
 - Model Utility: the harmonic mean of {probability, ROUGE-L, truth-ratio summary} x {retain,
   real authors, world facts}, over the splits that are evaluated.
 
@@ -46,6 +51,7 @@ from trustlit.metrics.text import is_refusal, rouge_l_recall
 SplitRole = Literal["forget", "retain", "general"]
 SPLIT_ROLES = ("forget", "retain", "general")
 CORRECT_ROUGE_RECALL = 0.5  # a greedy answer with at least this ROUGE-L recall counts as correct
+TOFU_MAX_NEW_TOKENS = 200  # open-unlearning's generation config; 32 cut about half of TOFU's answers
 
 
 # --------------------------------------------------------------------------- pure functions
@@ -166,10 +172,11 @@ def score_split(
     prompt_format: str = "plain",
     max_length: int = 256,
     batch_size: int = 8,
-    max_new_tokens: int = 32,
+    max_new_tokens: int = TOFU_MAX_NEW_TOKENS,
 ) -> SplitScores:
     """Score the records of one split (``question``, ``answer``, ``perturbed_answer``, optional
-    ``paraphrased_answer``) with ``model``: NLLs of all answers, greedy answers and their ROUGE-L recall.
+    ``paraphrased_answer``) with ``model``: NLLs of all answers, greedy answers (up to ``max_new_tokens``)
+    and their stemmed ROUGE-L recall.
 
     ``split`` names the records in errors. Every text goes through :func:`~trustlit.llm.scoring.encode_qa` and
     :func:`~trustlit.llm.scoring.collate_qa`, under ``torch.no_grad()`` in eval mode on the model's device.

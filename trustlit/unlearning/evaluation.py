@@ -4,7 +4,10 @@ TOFU (Maini et al., 2024, arXiv 2401.06121; formulas in :mod:`trustlit.metrics.t
 (Shi et al., 2024, arXiv 2407.06460; formulas in :mod:`trustlit.metrics.muse`). Two of the numbers
 compare the unlearned model with the *retain model* (trained without the forget set):
 
-- ``forget_quality`` = KS-test p-value between the forget-split truth ratios R of the two models;
+- ``forget_quality`` = KS-test p-value between the forget-split truth ratios R of the two models,
+  reported with the test's two sample sizes ``forget_quality_n`` (this model's forget records) and
+  ``forget_quality_reference_n`` (the retain model's); a warning says when they differ (e.g. one of
+  the two runs was cut by ``max_samples``), since TOFU compares the same full forget split;
 - ``privleak`` = 100 * (AUC - AUC_retain) / AUC_retain, AUC the Min-K% membership AUC of forget
   against holdout records.
 
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_warn
 from rich.console import Console
 from rich.table import Table
 
@@ -40,6 +44,7 @@ from trustlit.llm.prompts import resolve_prompt_format
 from trustlit.llm.scoring import pairs_nll
 from trustlit.metrics.muse import MIN_K, knowmem, min_k_scores, privleak, privleak_auc, verbmem_scores
 from trustlit.metrics.tofu import (
+    TOFU_MAX_NEW_TOKENS,
     SplitScores,
     forget_quality,
     model_utility,
@@ -77,6 +82,22 @@ def tofu_summary(scores: Mapping[str, SplitScores]) -> dict[str, float]:
     results = {f"{name}_{key}": value for name, summary in summaries.items() for key, value in summary.items()}
     results["model_utility"] = model_utility(summary for name, summary in summaries.items() if name != "forget")
     return results
+
+
+def forget_quality_results(ratios: Sequence[float], reference_ratios: Sequence[float]) -> dict[str, float]:
+    """``forget_quality`` and the KS test's sample sizes; warns when the two sizes differ."""
+    n, reference_n = len(ratios), len(reference_ratios)
+    if n != reference_n:
+        rank_zero_warn(
+            f"forget_quality: the KS test compares {n} forget truth ratios with the reference's {reference_n}: "
+            "the two models were not evaluated on the same forget records (max_samples?), so the p-value is not "
+            "TOFU's Forget Quality"
+        )
+    return {
+        "forget_quality": forget_quality(ratios, reference_ratios),
+        "forget_quality_n": n,
+        "forget_quality_reference_n": reference_n,
+    }
 
 
 def _field(document: Any, dotted: str) -> Any:
@@ -122,7 +143,8 @@ class UnlearningEvaluation(ResultsTable, L.Callback):
 
     - per TOFU split s in {forget, retain, real_authors, world_facts}: ``s_prob``, ``s_rougeL``,
       ``s_truth_ratio`` (summaries of :func:`~trustlit.metrics.tofu.summarise_split`);
-    - ``model_utility``: harmonic mean of the non-forget ones; ``forget_quality`` (with a reference);
+    - ``model_utility``: harmonic mean of the non-forget ones; with a reference ``forget_quality`` and
+      its KS sample sizes ``forget_quality_n``, ``forget_quality_reference_n``;
     - ``refusal_rate``, ``fabrication_rate`` of the greedy forget answers;
     - ``verbmem``, ``knowmem_forget``, ``knowmem_retain``; with a holdout split ``minkprob_auc`` and,
       with a reference, ``privleak``.
@@ -143,8 +165,9 @@ class UnlearningEvaluation(ResultsTable, L.Callback):
         source: data source overriding the DataModule's (then its prompt format and max length
             are still used when the trainer has a :class:`~trustlit.data.QADataModule`).
         on: when to evaluate: ``test`` (after ``trainer.test``) and/or ``fit_end``.
-        batch_size, max_new_tokens: evaluation batch size and greedy answer length.
-        max_samples: keep the first N records of each split (quick runs).
+        batch_size, max_new_tokens: evaluation batch size and greedy answer length (TOFU: 200 tokens).
+        max_samples: keep the first N records of each split (quick runs; Forget Quality then tests fewer
+            truth ratios, and a reference evaluated on a different number is warned about).
         min_k: the k of Min-K% Prob (MUSE: 0.4).
     """
 
@@ -160,7 +183,7 @@ class UnlearningEvaluation(ResultsTable, L.Callback):
         source: str | None = None,
         on: Sequence[str] = ("test",),
         batch_size: PositiveInt = 8,
-        max_new_tokens: PositiveInt = 32,
+        max_new_tokens: PositiveInt = TOFU_MAX_NEW_TOKENS,
         max_samples: PositiveInt | None = None,
         min_k: float = MIN_K,
     ) -> None:
@@ -295,7 +318,7 @@ class UnlearningEvaluation(ResultsTable, L.Callback):
             per_sample["holdout_min_k"] = holdout_min_k.tolist()
             results["minkprob_auc"] = privleak_auc(forget_min_k, holdout_min_k)
         if self._reference is not None:
-            results["forget_quality"] = forget_quality(forget.truth_ratio, _field(self._reference, FORGET_RATIO_KEY))
+            results |= forget_quality_results(forget.truth_ratio.tolist(), _field(self._reference, FORGET_RATIO_KEY))
             if "holdout" in self.splits:
                 results["privleak"] = privleak(results["minkprob_auc"], _field(self._reference, AUC_KEY))
         return results, per_sample
@@ -312,9 +335,16 @@ def metrics_table(runs: Mapping[str, Mapping[str, float]], title: str) -> Table:
         table.add_column(name, justify="right", overflow="fold")
     names = list(dict.fromkeys(key for metrics in runs.values() for key in metrics))
     for name in names:
-        cells = [f"{metrics[name]:.4f}" if name in metrics else "-" for metrics in runs.values()]
+        cells = [_cell(metrics.get(name)) for metrics in runs.values()]
         table.add_row(name, *cells)
     return table
+
+
+def _cell(value: float | None) -> str:
+    """A number to 4 decimals; counts (sample sizes) as integers; ``-`` when missing."""
+    if value is None:
+        return "-"
+    return str(value) if isinstance(value, int) else f"{value:.4f}"
 
 
 def compare_runs(runs: Sequence[str]) -> Table:

@@ -8,11 +8,16 @@ Inputs are per-sample tensors [B]; every loss returns a scalar averaged over the
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 
 from trustlit.llm.prompts import IGNORE_INDEX
 from trustlit.llm.scoring import token_mean_nll
+
+KLReduction = Literal["answer_tokens", "all_positions"]
+KL_REDUCTIONS = ("answer_tokens", "all_positions")
 
 
 def gradient_ascent_loss(logp: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
@@ -59,14 +64,31 @@ def answer_token_mask(labels: torch.Tensor) -> torch.Tensor:
     return labels[:, 1:] != IGNORE_INDEX
 
 
-def kl_to_reference(logits: torch.Tensor, ref_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """KL(pi_ref || pi_theta) of the next-token distributions, averaged over answer tokens.
+def check_kl_reduction(reduction: str) -> None:
+    if reduction not in KL_REDUCTIONS:
+        raise ValueError(f"kl_reduction must be one of {KL_REDUCTIONS}, got {reduction!r}")
 
-    KL = mean over answer positions t of sum_v pi_ref(v|.) * (log pi_ref(v|.) - log pi_theta(v|.)).
+
+def kl_to_reference(
+    logits: torch.Tensor, ref_logits: torch.Tensor, labels: torch.Tensor, reduction: KLReduction = "answer_tokens"
+) -> torch.Tensor:
+    """KL(pi_ref || pi_theta) of the next-token distributions, summed over the vocabulary, then averaged.
+
+    With kl_t = sum_v pi_ref(v|.) * (log pi_ref(v|.) - log pi_theta(v|.)) at position t of logits [B, T, V]:
+
+    - ``answer_tokens``: mean of kl_t over the positions whose next token is an answer token
+      (labels != IGNORE_INDEX), pooled over the batch;
+    - ``all_positions``: sum of kl_t over all B*T positions of the padded batch (question, answer,
+      padding, and the last position, whose next token is unknown) divided by B*T, as TOFU's ``KL``
+      loss and open-unlearning's ``compute_kl_divergence`` compute it:
+      ``F.kl_div(logq.view(-1, V), logp_ref.view(-1, V), reduction="batchmean", log_target=True)``.
     """
-    mask = answer_token_mask(labels)
-    logq = F.log_softmax(logits[:, :-1][mask].float(), dim=-1)
-    logp_ref = F.log_softmax(ref_logits[:, :-1][mask].float(), dim=-1)
+    check_kl_reduction(reduction)
+    if reduction == "answer_tokens":
+        mask = answer_token_mask(labels)
+        logits, ref_logits = logits[:, :-1][mask], ref_logits[:, :-1][mask]
+    logq = F.log_softmax(logits.float(), dim=-1)
+    logp_ref = F.log_softmax(ref_logits.float(), dim=-1)
     return (logp_ref.exp() * (logp_ref - logq)).sum(-1).mean()
 
 
