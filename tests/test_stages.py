@@ -1,0 +1,62 @@
+"""StageCache: a finished stage is not recomputed, a changed configuration is, and nothing is half-written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trustlit.stages import RECORD_NAME, StageCache, config_digest
+
+
+def counting_stage(calls: list[int], value: int):
+    def compute(directory):
+        calls.append(value)
+        (directory / "artifact.txt").write_text(str(value))
+        return {"value": value}
+
+    return compute
+
+
+def test_finished_stage_is_not_recomputed(tmp_path):
+    cache, calls = StageCache(tmp_path, command="bench"), []
+    assert cache.run("finetune/target", {"lr": 1e-4}, counting_stage(calls, 1)) == {"value": 1}
+    assert cache.run("finetune/target", {"lr": 1e-4}, counting_stage(calls, 2)) == {"value": 1}
+    assert calls == [1]
+    assert (cache.path("finetune/target") / "artifact.txt").read_text() == "1"
+    record = json.loads((tmp_path / "finetune" / "target" / RECORD_NAME).read_text())
+    assert record["command"] == "bench" and record["config"] == {"lr": 1e-4}
+    assert record["wall_seconds"] >= 0 and record["machine"] and record["started"]
+
+
+def test_changed_configuration_recomputes_and_replaces(tmp_path):
+    cache, calls = StageCache(tmp_path), []
+    cache.run("eval", {"lr": 1e-4, "seed": 0}, counting_stage(calls, 1))
+    assert cache.done("eval", {"seed": 0, "lr": 1e-4})  # key order does not matter
+    assert not cache.done("eval", {"lr": 3e-4, "seed": 0})
+    assert cache.run("eval", {"lr": 3e-4, "seed": 0}, counting_stage(calls, 2)) == {"value": 2}
+    assert calls == [1, 2]
+    assert (cache.path("eval") / "artifact.txt").read_text() == "2"
+    assert cache.record("eval")["config_digest"] == config_digest({"seed": 0, "lr": 3e-4})
+
+
+def test_failed_stage_leaves_nothing_and_keeps_the_older_result(tmp_path):
+    cache = StageCache(tmp_path)
+    cache.run("stage", {"a": 1}, counting_stage([], 1))
+
+    def fails(directory):
+        (directory / "partial.bin").write_bytes(b"half")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        cache.run("stage", {"a": 2}, fails)
+    assert cache.record("stage")["result"] == {"value": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stage"]  # no scratch directory left behind
+
+
+def test_bad_names_and_configurations_are_errors(tmp_path):
+    cache = StageCache(tmp_path)
+    with pytest.raises(ValueError, match="relative path"):
+        cache.path("../outside")
+    with pytest.raises(ValueError, match="JSON-serialisable"):
+        cache.run("stage", {"model": object()}, counting_stage([], 1))
