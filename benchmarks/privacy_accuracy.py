@@ -1,6 +1,6 @@
 """Accuracy vs ε of the private multi-class SVMs: PMSVM (WP, GP, AGP) against the DP one-vs-rest baselines.
 
-    .venv/bin/python benchmarks/privacy_accuracy.py [--quick] [--workers N] [--output PATH]
+    .venv/bin/python benchmarks/privacy_accuracy.py [--quick] [--workers N] [--regime] [--output PATH]
 
 :func:`accuracy_section` returns a markdown section (``## Accuracy vs epsilon``): test accuracy,
 mean ± std over seeds, of six rows (non-private, DP-OvR classic, DP-OvR analytic, PMSVM-WP,
@@ -17,6 +17,11 @@ section (and writes it to ``--output`` if given; it never touches ``docs/benchma
   the :class:`~trustlit.privacy.DPSGD` callback (Poisson sampling, PRV accountant) in a Lightning
   ``Trainer``.
 - The work runs in ``--workers`` processes (default: 2, or fewer cores if fewer are available).
+
+:func:`regime_section` (``--regime``; about 4 minutes in one process) is a separate small stage,
+``## PMSVM: λ above λ*``: per λ, the share of training margins below 1, ||W|| λ and PMSVM-WP's
+validation accuracy at ε = 1, showing that above λ* (every margin violated) W = V*/λ and WP's
+accuracy cannot depend on λ (docs/methods/pmsvm.md).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from trustlit.data.tabular import TabularDataModule
 from trustlit.privacy import DPSGD, PMSVM
 from trustlit.privacy.mechanisms import add_gaussian_noise, analytic_gaussian_sigma, classic_gaussian_sigma
 from trustlit.privacy.svm import (
+    crammer_singer_hinge,
     crammer_singer_sensitivity,
     fit_crammer_singer,
     fit_one_vs_rest,
@@ -191,6 +197,28 @@ def best_lambda(grid: tuple[float, ...], val_scores: list[float]) -> float:
     return max(lam for lam, score in zip(grid, val_scores, strict=True) if score == best)
 
 
+def selection_scores(
+    solutions: dict[float, np.ndarray],
+    mechanism: str,
+    problem: tuple[int, int, float],
+    validation: tuple[np.ndarray, np.ndarray],
+    keys: tuple[int, int, int, int],
+) -> list[float]:
+    """Mean validation accuracy over SELECTION_DRAWS noise draws per λ in LAMBDAS (problem: n, c, ε; keys:
+    dataset index, seed, ε index, mechanism index); the same draws for every λ (common random numbers), never
+    the reported draw."""
+    (n, c, epsilon), (xv, yv) = problem, validation
+    scores = []
+    for lam in LAMBDAS:
+        sigma = _sigma(mechanism, n, c, lam, epsilon)
+        draws = [
+            accuracy(add_gaussian_noise(solutions[lam], sigma, _rng(*keys, 1, k)), xv, yv)
+            for k in range(SELECTION_DRAWS)
+        ]
+        scores.append(float(np.mean(draws)))
+    return scores
+
+
 def exact_task(data: Dataset, data_index: int, seed: int, epsilons: tuple[float, ...]) -> ExactResult:
     """Choose λ on this seed's validation split, then release once and score on its test split."""
     began = time.perf_counter()
@@ -214,15 +242,7 @@ def exact_task(data: Dataset, data_index: int, seed: int, epsilons: tuple[float,
     for e, epsilon in enumerate(epsilons):
         for m, mechanism in enumerate(EXACT_PRIVATE):
             solutions = crammer_singer if mechanism == "weight" else one_vs_rest
-            val_scores = []
-            for lam in LAMBDAS:
-                sigma = _sigma(mechanism, n, c, lam, epsilon)
-                # the same draws for every λ (common random numbers), never the reported draw
-                draws = [
-                    accuracy(add_gaussian_noise(solutions[lam], sigma, _rng(data_index, seed, e, m, 1, k)), xv, yv)
-                    for k in range(SELECTION_DRAWS)
-                ]
-                val_scores.append(float(np.mean(draws)))
+            val_scores = selection_scores(solutions, mechanism, (n, c, epsilon), (xv, yv), (data_index, seed, e, m))
             lam = best_lambda(LAMBDAS, val_scores)
             result.top_tie[(mechanism, epsilon)] = val_scores[-1] == val_scores[-2]
             generator = _rng(data_index, seed, e, m, 0)
@@ -348,20 +368,26 @@ class Results:
     cpu_seconds: float = 0.0
 
 
+def benchmark_datasets(directory: Path, quick: bool) -> list[Dataset]:
+    """digits, and unless ``quick`` wine and the Gaussian mixture (written as a CSV into ``directory``)."""
+    datasets = [Dataset("digits", "digits (10 classes)", "digits", 10)]
+    if not quick:
+        mixture = directory / "gaussian_mixture.csv"
+        write_mixture(mixture)
+        datasets += [
+            Dataset("wine", "wine (3 classes)", "wine", 3),
+            Dataset("mixture", "Gaussian mixture (20 classes)", str(mixture), MIXTURE["classes"]),
+        ]
+    return datasets
+
+
 def run(quick: bool, workers: int, log: Callable[[str], None]) -> Results:
     epsilons = QUICK_EPSILONS if quick else EPSILONS
     seeds = QUICK_SEEDS if quick else SEEDS
     began = time.perf_counter()
     cpu_began = _cpu_seconds()
     with tempfile.TemporaryDirectory(prefix="trustlit-accuracy-") as tmp:
-        mixture = Path(tmp) / "gaussian_mixture.csv"
-        write_mixture(mixture)
-        datasets = [Dataset("digits", "digits (10 classes)", "digits", 10)]
-        if not quick:
-            datasets += [
-                Dataset("wine", "wine (3 classes)", "wine", 3),
-                Dataset("mixture", "Gaussian mixture (20 classes)", str(mixture), MIXTURE["classes"]),
-            ]
+        datasets = benchmark_datasets(Path(tmp), quick)
         results = Results(datasets, epsilons, seeds, workers)
         for data in datasets:
             dm = datamodule(data.source, 0)
@@ -784,6 +810,96 @@ def render(results: Results, quick: bool) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
+# -- PMSVM's λ regime: every margin violated above λ* (docs/methods/pmsvm.md) -------------------
+
+REGIME_EPSILON = 1.0  # the ε of the PMSVM-WP validation scores shown next to the margins
+
+
+@dataclass
+class RegimeResult:
+    violated: dict[float, float] = field(default_factory=dict)  # λ -> fraction of training margins below 1
+    scaled_norm: dict[float, float] = field(default_factory=dict)  # λ -> ||W(λ)||_F λ
+    wp_val: dict[float, float] = field(default_factory=dict)  # λ -> PMSVM-WP validation accuracy at REGIME_EPSILON
+    threshold: float = math.nan  # λ* = max_i m_i(V*), V* = λ W(λ) at the largest λ (nan: not all violated there)
+
+
+def regime_task(data: Dataset, data_index: int, seed: int) -> RegimeResult:
+    """Per λ: the violated margins and ||W|| λ of the noiseless Crammer–Singer solution on this seed's training
+    split, and PMSVM-WP's validation scores at ε = 1 with the accuracy section's own selection draws."""
+    dm = datamodule(data.source, seed)
+    (x, y), validation = arrays(dm, "train"), arrays(dm, "val")
+    solutions = {lam: fit_crammer_singer(x, y, data.classes, lam) for lam in NON_PRIVATE_LAMBDAS}
+    result = RegimeResult()
+    for lam, weights in solutions.items():
+        hinge = crammer_singer_hinge(torch.as_tensor(x @ weights.T), torch.as_tensor(y))
+        result.violated[lam] = float((hinge > 0).double().mean())
+        result.scaled_norm[lam] = float(np.linalg.norm(weights) * lam)
+    largest = NON_PRIVATE_LAMBDAS[-1]
+    if result.violated[largest] == 1.0:  # margins of V*/λ are those of V* over λ: λ* is V*'s largest margin
+        scores = x @ (largest * solutions[largest]).T
+        rows = np.arange(len(y))
+        true = scores[rows, y].copy()
+        scores[rows, y] = -np.inf
+        result.threshold = float(np.max(true - scores.max(axis=1)))
+    keys = (data_index, seed, EPSILONS.index(REGIME_EPSILON), EXACT_PRIVATE.index("weight"))
+    problem = (len(y), data.classes, REGIME_EPSILON)
+    result.wp_val = dict(zip(LAMBDAS, selection_scores(solutions, "weight", problem, validation, keys), strict=True))
+    return result
+
+
+def regime_table(results: list[RegimeResult]) -> str:
+    rows = []
+    for lam in NON_PRIVATE_LAMBDAS:
+        wp = [100 * r.wp_val[lam] for r in results if lam in r.wp_val]
+        rows.append(
+            [
+                fmt_lam(lam),
+                mean_std([100 * r.violated[lam] for r in results]),
+                mean_std([r.scaled_norm[lam] for r in results], 4),
+                mean_std(wp) if wp else "-",
+            ]
+        )
+    header = ["λ", "violated margins (%)", "‖W‖_F λ", f"PMSVM-WP val. accuracy at ε = {REGIME_EPSILON:g} (%)"]
+    return table(header, rows, "rrrr")
+
+
+def regime_section(seeds: int = SEEDS) -> str:
+    """The markdown section ``## PMSVM: λ above λ*``: violated margins, ||W|| λ and WP's validation accuracy per λ."""
+    quiet()
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="trustlit-regime-") as tmp:
+        datasets = benchmark_datasets(Path(tmp), quick=False)
+        results = {d.key: [regime_task(d, i, seed) for seed in range(seeds)] for i, d in enumerate(datasets)}
+    parts = [
+        "## PMSVM: λ above λ*",
+        f"The noiseless Crammer–Singer solution W(λ) on each seed's training split (the accuracy section's splits and "
+        f"unit-norm rows), mean ± std over {seeds} seeds: the share of training samples whose margin "
+        "w_y·x − max_{k≠y} w_k·x is below 1 (hinge active), ‖W‖_F λ, and PMSVM-WP's validation accuracy at "
+        f"ε = {REGIME_EPSILON:g} averaged over the same {SELECTION_DRAWS} noise draws that select λ in the accuracy "
+        "section (λ ≥ 0.001 only, its grid). λ* = max_i m_i(V*), V* = λ W(λ) at λ = 10: above λ* every margin is "
+        "violated, W(λ) = V*/λ, σ ∝ 1/λ, so the released predictions and WP's accuracy cannot depend on λ "
+        "(derivation: docs/methods/pmsvm.md). So the accuracy section's λ search for PMSVM-WP can only matter below "
+        "λ*: every grid λ above λ* releases the same predictions (with the shared selection draws the scores tie "
+        "exactly, and its rule then takes the largest λ, which stands for the whole regime). "
+        f"Runtime: {time.perf_counter() - began:.0f} s, one process.",
+    ]
+    for data in datasets:
+        runs = results[data.key]
+        thresholds = [r.threshold for r in runs]
+        above = [lam for lam in LAMBDAS if all(lam > r.threshold for r in runs)]
+        spread = [max(r.wp_val[lam] for lam in above) - min(r.wp_val[lam] for lam in above) for r in runs]
+        reading = (
+            f"λ* = {mean_std(thresholds, 4)} (range {min(thresholds):.4f}–{max(thresholds):.4f}). For λ ∈ "
+            f"{{{', '.join(fmt_lam(v) for v in above)}}}, above every seed's λ*, all margins are violated, ‖W‖_F λ "
+            "is constant and PMSVM-WP's validation accuracy differs between these λ by at most "
+            f"{100 * max(spread):.2f} points within a seed."
+            if above and not any(math.isnan(t) for t in thresholds)
+            else "Not every margin is violated at λ = 10 for every seed: no λ* on this grid."
+        )
+        parts += [f"### {data.title}", regime_table(runs), reading]
+    return "\n\n".join(parts) + "\n"
+
+
 def accuracy_section(quick: bool = False, workers: int | None = None, log: Callable[[str], None] | None = None) -> str:
     """Run the accuracy-vs-ε experiment and return its markdown section (``## Accuracy vs epsilon``).
 
@@ -811,9 +927,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 seeds, ε ∈ {1, 8}, digits only")
     parser.add_argument("--workers", type=int, help="processes (default: min(2, available cores))")
     parser.add_argument("--output", help="also write the section to this markdown file (relative: to the repo)")
+    parser.add_argument("--regime", action="store_true", help="only the small λ-regime stage (regime_section)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    text = accuracy_section(quick=args.quick, workers=args.workers)
+    text = regime_section() if args.regime else accuracy_section(quick=args.quick, workers=args.workers)
     print(text)
     if args.output:
         output = repo_path(args.output)
