@@ -1,6 +1,6 @@
 """TOFU evaluation: Maini et al., 2024, "TOFU: A Task of Fictitious Unlearning for LLMs" (arXiv 2401.06121).
 
-The definitions follow the original TOFU code (``aggregate_stat_eval.py``). For a QA pair (x, y),
+The definitions follow the original TOFU code (``aggregate_eval_stat.py``). For a QA pair (x, y),
 ``nll(y|x) = NLL(y|x) / |y|`` is the mean negative log-likelihood per answer token and
 ``p(y|x) = exp(-nll(y|x))`` the length-normalised probability. For record i with paraphrased
 answer y~_i and perturbed (wrong) answers y^_ij, j = 1..J:
@@ -32,6 +32,8 @@ have the same count in every row of a split (5 in forget/retain, 3 in real autho
 The module also reports, for the forget split, how often greedy answers refuse
 (:func:`~trustlit.metrics.text.is_refusal`) and how often they are neither refusals nor correct
 (fabrications), to test the claim that a method makes the model "refuse, don't hallucinate".
+
+Notes: docs/methods/tofu_evaluation.md
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from trustlit.metrics.text import is_refusal, rouge_l_recall
 SplitRole = Literal["forget", "retain", "general"]
 SPLIT_ROLES = ("forget", "retain", "general")
 CORRECT_ROUGE_RECALL = 0.5  # a greedy answer with at least this ROUGE-L recall counts as correct
-TOFU_MAX_NEW_TOKENS = 200  # open-unlearning's generation config; 32 cut about half of TOFU's answers
+TOFU_MAX_NEW_TOKENS = 200  # open-unlearning's generation config; 32 cut about 60 % of the forget/retain answers
 
 
 # --------------------------------------------------------------------------- pure functions

@@ -21,6 +21,8 @@ Recipe fragment (TOFU)::
       callbacks:
         - class_path: trustlit.unlearning.evaluation.UnlearningEvaluation
           init_args: {forget_split: forget05_perturbed, reference: runs/retain95/unlearning_eval.json}
+
+Notes: docs/methods/tofu_evaluation.md
 """
 
 from __future__ import annotations
