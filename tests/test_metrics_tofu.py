@@ -134,6 +134,9 @@ def test_forget_quality_is_the_ks_test_p_value():
     assert forget_quality(unlearned, unlearned) == 1.0
     low, high = torch.linspace(0.1, 0.5, 30), torch.linspace(2.0, 3.0, 30)
     assert forget_quality(low, high) < 1e-10
+    # open-unlearning's ratio is the other way up (false / true = 1/R): the KS p-value is the same
+    inverse = forget_quality([1 / r for r in unlearned], [1 / r for r in retain])
+    assert inverse == pytest.approx(forget_quality(unlearned, retain), abs=1e-12)
 
 
 # --------------------------------------------------------------------------- refusals
