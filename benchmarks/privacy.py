@@ -28,6 +28,8 @@ alone (``--sections audit``). Every block records its own command, date, machine
 - ``vaccination``: DP vaccination on contact networks (PrivateMaxDeg implicit / explicit, the
   spectral-radius variant, non-private greedy): budget used, degree or spectral radius reached, SIR
   outbreak size, run time (``benchmarks/privacy_vaccination.py``).
+- ``pmsvm_lambda``: PMSVM's lambda regime: the threshold lambda* above which every margin is violated,
+  ||W|| lambda and the weight-perturbation accuracy per lambda (why the lambda search is moot above lambda*).
 
 Adding a section: a function ``(args) -> str`` returning its markdown (a ``## `` title first; the
 provenance lines are added under it), one entry in :data:`SECTIONS`, and its options in
@@ -69,7 +71,7 @@ from benchmarks.common import (
     render_report,
     with_provenance,
 )
-from benchmarks.privacy_accuracy import accuracy_section
+from benchmarks.privacy_accuracy import accuracy_section, regime_section
 from benchmarks.privacy_distribution import add_distribution_arguments, distribution_section
 from benchmarks.privacy_vaccination import add_vaccination_arguments, vaccination_section
 from trustlit.audit import CanaryAudit, run_canary_audit
@@ -815,6 +817,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], str]] = {
     "audit": audit_section,
     "distribution": distribution_section,
     "vaccination": vaccination_section,
+    "pmsvm_lambda": lambda args: regime_section(),
 }
 
 
