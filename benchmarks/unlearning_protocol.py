@@ -263,6 +263,33 @@ class Protocol:
         self.progress(name, config)
         return self.cache.run(name, config, run)
 
+    # LUNAR's layer: the paper's search, once per target (every LUNAR run then redirects that block)
+    def lunar_layer(self, variant: str) -> int:
+        name = f"lunar-layer/{variant}"
+        target = self.cache.path(f"finetune/target-{variant}") / "model.ckpt"
+        config = {"target": self.cache.record(f"finetune/target-{variant}")["config_digest"], "search_samples": 16}
+        source = self.data()
+
+        def search(directory: Path) -> dict:
+            module = LUNAR(lm={"name_or_path": str(target)}, layer="search", search_samples=16, generate=False)
+            bare_trainer(root=directory, max_steps=0).fit(module, self.forget_retain_data(source))
+            return module.layer_search
+
+        self.progress(name, config)
+        return self.cache.run(name, config, search)["selected_layer"]
+
+    def forget_retain_data(self, source: Path) -> ForgetRetainDataModule:
+        return ForgetRetainDataModule(
+            source=str(source),
+            forget_split=self.splits["forget"],
+            retain_split=self.splits["retain"],
+            eval_splits=[],
+            batch_size=MICRO_BATCH,
+            max_length=MAX_LENGTH,
+            prompt_format="chat",
+            refusals=str(source / "idontknow.jsonl"),
+        )
+
     # unlearning
     def unlearn_config(self, variant: str, method: str, setting: Mapping[str, Any], seed: int) -> dict[str, Any]:
         return {
@@ -280,23 +307,17 @@ class Protocol:
     def unlearn(self, variant: str, method: str, setting: Mapping[str, Any], seed: int) -> dict:
         name = f"unlearn/{variant}/{method}/{setting_name(setting)}/seed{seed}"
         config = self.unlearn_config(variant, method, setting, seed)
+        if method == "LUNAR":
+            config["layer"] = self.lunar_layer(variant)
         target = self.cache.path(f"finetune/target-{variant}") / "model.ckpt"
         reference = self.cache.path(f"eval/retain-{variant}") / "unlearning_eval.json"
         source = self.data()
 
         def run(directory: Path) -> dict:
             L.seed_everything(seed, workers=True, verbose=False)
-            data = ForgetRetainDataModule(
-                source=str(source),
-                forget_split=self.splits["forget"],
-                retain_split=self.splits["retain"],
-                eval_splits=[],
-                batch_size=MICRO_BATCH,
-                max_length=MAX_LENGTH,
-                prompt_format="chat",
-                refusals=str(source / "idontknow.jsonl"),
-            )
-            module = build_method(method, target, setting, variant, len(data_records(source, self.splits["forget"])))
+            data = self.forget_retain_data(source)
+            chosen = {**setting, "layer": config["layer"]} if method == "LUNAR" else setting
+            module = build_method(method, target, chosen, variant, len(data_records(source, self.splits["forget"])))
             trainer = bare_trainer(
                 root=directory, max_epochs=config["epochs"], accumulate_grad_batches=EFFECTIVE_BATCH // MICRO_BATCH
             )
