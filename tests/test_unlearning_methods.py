@@ -91,11 +91,13 @@ METHODS = [  # (method, arguments, steps): learning rates and steps for this 3-l
     (IdkDPO, {"lr": 1e-3}, 6),
     (RMU, {"lr": 5e-3, "layer": 1, "steering_coeff": 20.0}, 6),
     (LUNAR, {}, 30),
-    (AttentionShifting, {"lr": 1e-2}, 12),
+    # paper mode only reshapes attention (its answer NLL rose 0.03 in 30 steps at lr 3e-2 here): its own tests check
+    # that the suppression loss falls; the refusal and retain terms of trustlit's variant are what raise the NLL
+    (AttentionShifting, {"lr": 1e-2, "mode": "trustlit"}, 12),
 ]
 
 
-@pytest.mark.parametrize(("method", "kwargs", "steps"), METHODS, ids=[m.__name__ for m, _, _ in METHODS])
+@pytest.mark.parametrize(("method", "kwargs", "steps"), METHODS, ids=[f"{m.__name__}-{k.get('mode', '')}".rstrip("-") for m, k, _ in METHODS])
 def test_method_raises_forget_nll_more_than_retain_nll(memorised_checkpoint, method, kwargs, steps):
     torch.manual_seed(0)
     module = method(lm=lm_spec(memorised_checkpoint), weight_decay=0.0, **kwargs)
