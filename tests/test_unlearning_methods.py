@@ -97,7 +97,7 @@ METHODS = [  # (method, arguments, steps): learning rates and steps for this 3-l
 ]
 
 
-@pytest.mark.parametrize(("method", "kwargs", "steps"), METHODS, ids=[f"{m.__name__}-{k.get('mode', '')}".rstrip("-") for m, k, _ in METHODS])
+@pytest.mark.parametrize(("method", "kwargs", "steps"), METHODS, ids=[m.__name__ for m, _, _ in METHODS])
 def test_method_raises_forget_nll_more_than_retain_nll(memorised_checkpoint, method, kwargs, steps):
     torch.manual_seed(0)
     module = method(lm=lm_spec(memorised_checkpoint), weight_decay=0.0, **kwargs)
