@@ -161,7 +161,7 @@ def test_kl_minimization_retain_term_uses_its_kl_reduction(reduction):
     with torch.no_grad():
         logits = module.model(input_ids=retain["input_ids"], attention_mask=retain["attention_mask"]).logits
         ref_logits = module.reference(input_ids=retain["input_ids"], attention_mask=retain["attention_mask"]).logits
-        term = module.retain_loss(retain, "kl")
+        term = module.losses({"forget": retain, "retain": retain})["retain_kl"]
     assert module.hparams.kl_reduction == reduction
     assert term.item() == pytest.approx(kl_to_reference(logits, ref_logits, labels, reduction).item(), rel=1e-5)
     assert term.item() > 0

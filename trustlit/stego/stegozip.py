@@ -337,7 +337,7 @@ def restoration_scores(restored: Sequence[str], originals: Sequence[str]) -> dic
         raise ValueError(f"restored ({len(restored)}) and originals ({len(originals)}) must be equally long, non-empty")
     normal = [" ".join(t.split()) for t in originals]
     exact = np.mean([r == o for r, o in zip(restored, normal, strict=True)])
-    rouge = np.mean([rouge_l_f1(r, o) for r, o in zip(restored, normal, strict=True)])
+    rouge = np.mean([rouge_l_f1(r, o, stem=False) for r, o in zip(restored, normal, strict=True)])
     a, b = encode(list(restored)), encode(normal)
     return {"exact_match": float(exact), "rougeL_f1": float(rouge), "minilm_cosine": float(np.mean((a * b).sum(1)))}
 

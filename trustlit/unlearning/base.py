@@ -20,7 +20,7 @@ from trustlit.llm.loading import CausalLMSpec
 from trustlit.llm.module import CausalLMModule
 from trustlit.llm.scoring import eval_mode, sequence_logprobs_from_logits
 from trustlit.strategies import DDP, SINGLE_DEVICE, StrategySupport
-from trustlit.unlearning.losses import kl_to_reference, token_mean_nll
+from trustlit.unlearning.losses import KLReduction, kl_to_reference, token_mean_nll
 
 RetainLoss = Literal["nll", "kl"]
 
@@ -106,15 +106,18 @@ class UnlearningModule(StrategySupport, CausalLMModule):
         """Summed answer log-probability and answer length per sample, under the trained model."""
         return sequence_logprobs_from_logits(self.logits(batch), batch["labels"])
 
-    def retain_loss(self, retain: dict[str, Any], kind: RetainLoss) -> torch.Tensor:
-        """``nll``: token-mean NLL of the retain answers; ``kl``: KL(pi_ref || pi_theta) on them."""
+    def retain_loss(
+        self, retain: dict[str, Any], kind: RetainLoss, kl_reduction: KLReduction = "answer_tokens"
+    ) -> torch.Tensor:
+        """``nll``: token-mean NLL of the retain answers; ``kl``: KL(pi_ref || pi_theta), averaged over the answer
+        tokens or over all positions (``kl_reduction``, :func:`~trustlit.unlearning.losses.kl_to_reference`)."""
         logits = self.logits(retain)
         if kind == "nll":
             return token_mean_nll(*sequence_logprobs_from_logits(logits, retain["labels"]))
         if self.reference is None:
             raise RuntimeError(f"{type(self).__name__}: retain_loss='kl' needs use_reference() in __init__")
         ref_logits = self.reference(input_ids=retain["input_ids"], attention_mask=retain["attention_mask"]).logits
-        return kl_to_reference(logits, ref_logits, retain["labels"])
+        return kl_to_reference(logits, ref_logits, retain["labels"], kl_reduction)
 
 
 class PreferenceUnlearning(UnlearningModule):

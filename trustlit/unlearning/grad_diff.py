@@ -20,7 +20,7 @@ import torch
 from trustlit.hparams import NonNegativeFloat, check_arguments
 from trustlit.llm.loading import CausalLMSpec
 from trustlit.unlearning.base import RetainLoss, UnlearningModule, check_retain_loss
-from trustlit.unlearning.losses import KLReduction, check_kl_reduction, gradient_ascent_loss, kl_to_reference
+from trustlit.unlearning.losses import KLReduction, check_kl_reduction, gradient_ascent_loss
 
 
 class GradDiff(UnlearningModule):
@@ -52,16 +52,8 @@ class GradDiff(UnlearningModule):
         if retain_loss == "kl":
             self.use_reference()
 
-    def retain_loss(self, retain: dict[str, Any], kind: RetainLoss) -> torch.Tensor:
-        """As :meth:`UnlearningModule.retain_loss`, with the KL averaged as ``kl_reduction`` says."""
-        if kind != "kl":
-            return super().retain_loss(retain, kind)
-        logits = self.logits(retain)
-        ref_logits = self.reference(input_ids=retain["input_ids"], attention_mask=retain["attention_mask"]).logits
-        return kl_to_reference(logits, ref_logits, retain["labels"], self.hparams.kl_reduction)
-
     def losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         forget = gradient_ascent_loss(*self.logprobs(batch["forget"]))
-        retain = self.retain_loss(batch["retain"], self.retain_loss_kind)
+        retain = self.retain_loss(batch["retain"], self.retain_loss_kind, self.hparams.kl_reduction)
         loss = self.hparams.forget_weight * forget + self.hparams.retain_weight * retain
         return {"loss": loss, "forget_nll": -forget.detach(), f"retain_{self.retain_loss_kind}": retain.detach()}
