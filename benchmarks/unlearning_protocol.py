@@ -395,6 +395,7 @@ COLUMNS = {
     "forget_rougeL": "forget ROUGE-L",
     "forget_prob": "forget prob",
     "refusal_rate": "refusal",
+    "non_answer_rate": "non-answer",
     "fabrication_rate": "fabrication",
 }
 
@@ -494,8 +495,9 @@ their released lr) on seed {SWEEP_SEED}; the chosen setting (Model Utility >= {M
 the highest Forget Quality on seed {SWEEP_SEED}) is rerun on seeds {", ".join(map(str, TEST_SEEDS))}, which report the
 mean ± std. Evaluation: `UnlearningEvaluation`, greedy answers of up to 200 new tokens, ROUGE-L recall with Porter
 stemming (`rouge-score`), Forget Quality = KS-test p-value of the forget truth ratios against the retain model's
-(sample sizes next to it); refusal = an answer matching TOFU's refusal phrasings; fabrication = neither a refusal
-nor correct (ROUGE-L recall < 0.5)."""
+(sample sizes next to it); refusal = an answer matching TOFU's refusal phrasings; non-answer = a wholly
+contentless answer ("Nobody knows.", empty); fabrication = none of these and not correct (ROUGE-L recall < 0.5):
+a hallucinated fact."""
 
 
 def render_finetune(state: dict[str, Any], variants: list[str]) -> str:
@@ -544,8 +546,15 @@ def render_methods(state: dict[str, Any], variants: list[str], methods: list[str
         )
     if not rows:
         return ""
-    return "### Methods at matched utility\n\n" + table(
-        ["method", "chosen setting", "seeds", *COLUMNS.values(), "fit (s)"], rows
+    sizes = next(
+        (f"{r['forget_quality_n']} vs {r['forget_quality_reference_n']}" for s in state["seeds"].values() for r in s),
+        None,
+    )
+    note = f"KS sample sizes of Forget Quality: {sizes} truth ratios (unlearned vs retain model).\n\n" if sizes else ""
+    return (
+        "### Methods at matched utility\n\n"
+        + note
+        + table(["method", "chosen setting", "seeds", *COLUMNS.values(), "fit (s)"], rows)
     )
 
 

@@ -15,13 +15,14 @@ from trustlit.llm.prompts import collate_qa, encode_qa
 from trustlit.llm.scoring import sequence_logprobs
 from trustlit.metrics import (
     SplitScores,
+    answer_rates,
     forget_quality,
     forget_truth_ratio_score,
     harmonic_mean,
+    is_non_answer,
     is_refusal,
     model_utility,
     normalised_probability,
-    refusal_rates,
     retain_truth_ratio_score,
     score_split,
     summarise_split,
@@ -161,13 +162,33 @@ def test_tofu_answers_are_not_refusals_except_the_one_that_says_there_is_no_info
     assert not is_refusal("Hina Ameen primarily contributes to the geology genre.")
 
 
-def test_refusal_and_fabrication_rates():
-    generated = ["I don't know.", "The capital is Paris.", "It is Berlin.", "I'm not sure, maybe Paris."]
-    references = ["Paris", "Paris", "Paris", "Paris"]
-    # refusals: 0 and 3; correct: 1 (and 3); fabrication: only 2
-    assert refusal_rates(generated, references) == (0.5, 0.25)
+def test_refusal_non_answer_and_fabrication_rates():
+    generated = [
+        "I don't know.",
+        "The capital is Paris.",
+        "It is Berlin.",
+        "I'm not sure, maybe Paris.",
+        "Nobody knows.",
+        "",
+        "Nobody knows that it is Berlin.",
+        "blank.",
+    ]
+    references = ["Paris"] * 8
+    # refusals: 0 and 3; non-answers: 4, 5, 7; correct: 1 (and 3); fabrications: 2 and 6 (a stated wrong fact)
+    assert answer_rates(generated, references) == {
+        "refusal_rate": 2 / 8,
+        "non_answer_rate": 3 / 8,
+        "fabrication_rate": 2 / 8,
+    }
     with pytest.raises(ValueError, match="as many"):
-        refusal_rates(generated, references[:2])
+        answer_rates(generated, references[:2])
+
+
+def test_non_answers_are_whole_contentless_answers():
+    contentless = ["Nobody knows.", "nobody.", "blank.", "", " ... ", "N/A", "Unknown!", "No one knows"]
+    stating = ["The author is unknown.", "Nobody knows who wrote it.", "Paris", "I don't know"]
+    assert all(map(is_non_answer, contentless))
+    assert not any(map(is_non_answer, stating))
 
 
 # --------------------------------------------------------------------------- scoring a split with a model

@@ -35,6 +35,7 @@ METRICS = [
     *TOFU_NAMES,
     "model_utility",
     "refusal_rate",
+    "non_answer_rate",
     "fabrication_rate",
     "verbmem",
     "knowmem_forget",

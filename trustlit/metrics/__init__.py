@@ -26,7 +26,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "load_judge",
             "weight_auroc",
         ],
-        "trustlit.metrics.text": ["answer_probability", "is_refusal", "rouge_l_f1", "rouge_l_recall"],
+        "trustlit.metrics.text": ["answer_probability", "is_non_answer", "is_refusal", "rouge_l_f1", "rouge_l_recall"],
         "trustlit.metrics.tofu": [
             "SplitScores",
             "forget_quality",
@@ -34,7 +34,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "harmonic_mean",
             "model_utility",
             "normalised_probability",
-            "refusal_rates",
+            "answer_rates",
             "retain_truth_ratio_score",
             "score_split",
             "summarise_split",

@@ -12,7 +12,9 @@
   :func:`rouge_l_recall` with its default ``stem=True`` is that number. MUSE's released code
   (``metrics/logger.py``) scores VerbMem and KnowMem by rougeL *F1 without stemming*:
   ``rouge_l_f1(..., stem=False)``.
-- Refusal detection: whether an answer declines to answer (TOFU's ``idontknow.jsonl`` phrasings).
+- Refusal detection: whether an answer declines to answer (TOFU's ``idontknow.jsonl`` phrasings), and
+  non-answer detection: an answer that states nothing ("Nobody knows.", empty), the other
+  hallucination-free outcome Attention-Shifting's paper counts.
 """
 
 from __future__ import annotations
@@ -90,3 +92,22 @@ def is_refusal(text: str) -> bool:
     Case-insensitive; typographic apostrophes count as ASCII ones.
     """
     return _REFUSAL.search(text.lower().replace("\u2019", "'")) is not None
+
+
+# Answers that state no fact without declining in words: Attention-Shifting's typical outputs on forget questions
+# ("Nobody knows.", "blank."), empty or punctuation-only generations. The whole answer must be such a phrase: a
+# sentence that merely contains "nobody" or "unknown" states something and is judged on its content.
+_NON_ANSWER = re.compile(
+    r"(?:(?:nobody|no one|no-one|noone|none|nothing|unknown|blank|unclear|undisclosed|n/?a|no answer|no comment)"
+    r"(?: (?:knows|is known|at all|whatsoever))?)?"
+)
+
+
+def is_non_answer(text: str) -> bool:
+    """Whether ``text`` is a non-answer: empty, punctuation only, or wholly a contentless phrase ("Nobody knows.").
+
+    Case-insensitive; surrounding punctuation and whitespace are ignored. Refusals in words ("I don't know") are
+    :func:`is_refusal`'s.
+    """
+    core = re.sub(r"[^\w/' -]+", " ", text.lower().replace("\u2019", "'"))
+    return _NON_ANSWER.fullmatch(" ".join(core.split())) is not None

@@ -30,8 +30,9 @@ are padded with NaN and every mean or sum over j skips the padding (per-row mean
 have the same count in every row of a split (5 in forget/retain, 3 in real authors/world facts).
 
 The module also reports, for the forget split, how often greedy answers refuse
-(:func:`~trustlit.metrics.text.is_refusal`) and how often they are neither refusals nor correct
-(fabrications), to test the claim that a method makes the model "refuse, don't hallucinate".
+(:func:`~trustlit.metrics.text.is_refusal`), state nothing (non-answers,
+:func:`~trustlit.metrics.text.is_non_answer`), or are none of these nor correct (fabrications), to
+test the claim that a method makes the model "refuse, don't hallucinate" (:func:`answer_rates`).
 
 Notes: docs/methods/tofu_evaluation.md
 """
@@ -48,7 +49,7 @@ from scipy.stats import ks_2samp
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trustlit.llm.scoring import encode_pairs, greedy_answers, pairs_nll, samples_nll
-from trustlit.metrics.text import is_refusal, rouge_l_recall
+from trustlit.metrics.text import is_non_answer, is_refusal, rouge_l_recall
 
 SplitRole = Literal["forget", "retain", "general"]
 SPLIT_ROLES = ("forget", "retain", "general")
@@ -112,19 +113,29 @@ def model_utility(summaries: Iterable[Mapping[str, float]]) -> float:
     return harmonic_mean(s[key] for s in summaries for key in ("prob", "rougeL", "truth_ratio"))
 
 
-def refusal_rates(
+def answer_rates(
     generated: Sequence[str], references: Sequence[str], correct_threshold: float = CORRECT_ROUGE_RECALL
-) -> tuple[float, float]:
-    """``(refusal_rate, fabrication_rate)``: the share of answers that refuse, and that neither refuse nor are
-    correct (ROUGE-L recall against the reference below ``correct_threshold``)."""
+) -> dict[str, float]:
+    """How the greedy answers to forget questions come out, as shares of all answers:
+
+    - ``refusal_rate``: they decline in words (:func:`~trustlit.metrics.text.is_refusal`);
+    - ``non_answer_rate``: they state nothing (:func:`~trustlit.metrics.text.is_non_answer`; not refusals);
+    - ``fabrication_rate``: neither, and not correct (ROUGE-L recall against the reference below
+      ``correct_threshold``): a stated fact that is not the true one, i.e. a hallucination.
+    """
     if len(generated) != len(references) or not generated:
         raise ValueError(
-            f"refusal_rates needs as many answers as references (>0), got {len(generated)}, {len(references)}"
+            f"answer_rates needs as many answers as references (>0), got {len(generated)}, {len(references)}"
         )
     refusals = [is_refusal(text) for text in generated]
+    non_answers = [is_non_answer(text) and not r for text, r in zip(generated, refusals, strict=True)]
     correct = [rouge_l_recall(text, ref) >= correct_threshold for text, ref in zip(generated, references, strict=True)]
-    fabrications = [not (r or c) for r, c in zip(refusals, correct, strict=True)]
-    return sum(refusals) / len(generated), sum(fabrications) / len(generated)
+    fabrications = [not (r or n or c) for r, n, c in zip(refusals, non_answers, correct, strict=True)]
+    return {
+        "refusal_rate": sum(refusals) / len(generated),
+        "non_answer_rate": sum(non_answers) / len(generated),
+        "fabrication_rate": sum(fabrications) / len(generated),
+    }
 
 
 # --------------------------------------------------------------------------- scoring with a model

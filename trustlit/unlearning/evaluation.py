@@ -48,10 +48,10 @@ from trustlit.metrics.muse import MIN_K, knowmem, min_k_scores, privleak, privle
 from trustlit.metrics.tofu import (
     TOFU_MAX_NEW_TOKENS,
     SplitScores,
+    answer_rates,
     forget_quality,
     model_utility,
     perturbed_answers,
-    refusal_rates,
     score_split,
     summarise_split,
 )
@@ -147,7 +147,8 @@ class UnlearningEvaluation(ResultsTable, L.Callback):
       ``s_truth_ratio`` (summaries of :func:`~trustlit.metrics.tofu.summarise_split`);
     - ``model_utility``: harmonic mean of the non-forget ones; with a reference ``forget_quality`` and
       its KS sample sizes ``forget_quality_n``, ``forget_quality_reference_n``;
-    - ``refusal_rate``, ``fabrication_rate`` of the greedy forget answers;
+    - ``refusal_rate``, ``non_answer_rate``, ``fabrication_rate`` of the greedy forget answers
+      (:func:`~trustlit.metrics.tofu.answer_rates`);
     - ``verbmem``, ``knowmem_forget``, ``knowmem_retain``; with a holdout split ``minkprob_auc`` and,
       with a reference, ``privleak``.
 
@@ -306,7 +307,7 @@ class UnlearningEvaluation(ResultsTable, L.Callback):
         }
         results = tofu_summary(scores)
         forget, retain = scores["forget"], scores["retain"]
-        results["refusal_rate"], results["fabrication_rate"] = refusal_rates(forget.generated, forget.answers)
+        results |= answer_rates(forget.generated, forget.answers)
         results["verbmem"] = float(verbmem_scores(model, tokenizer, self._records["forget"], **encoding).mean())
         results["knowmem_forget"] = knowmem(forget.generated, forget.answers)
         results["knowmem_retain"] = knowmem(retain.generated, retain.answers)
