@@ -190,7 +190,10 @@ class Protocol:
                 generate=False,
             )
             trainer = bare_trainer(
-                root=directory, max_epochs=config["epochs"], accumulate_grad_batches=EFFECTIVE_BATCH // MICRO_BATCH
+                [Progress(name)],
+                root=directory,
+                max_epochs=config["epochs"],
+                accumulate_grad_batches=EFFECTIVE_BATCH // MICRO_BATCH,
             )
             began = time.perf_counter()
             trainer.fit(module, data)
@@ -319,7 +322,10 @@ class Protocol:
             chosen = {**setting, "layer": config["layer"]} if method == "LUNAR" else setting
             module = build_method(method, target, chosen, variant, len(data_records(source, self.splits["forget"])))
             trainer = bare_trainer(
-                root=directory, max_epochs=config["epochs"], accumulate_grad_batches=EFFECTIVE_BATCH // MICRO_BATCH
+                [Progress(name, every=2)],
+                root=directory,
+                max_epochs=config["epochs"],
+                accumulate_grad_batches=EFFECTIVE_BATCH // MICRO_BATCH,
             )
             began = time.perf_counter()
             trainer.fit(module, data)
@@ -332,6 +338,20 @@ class Protocol:
     def progress(self, name: str, config: Mapping[str, Any]) -> None:
         state = "cached" if self.cache.done(name, config) else "running"
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {state}", flush=True)
+
+
+class Progress(L.Callback):
+    """One line every ``every`` optimiser steps: long CPU stages show that they advance."""
+
+    def __init__(self, name: str, every: int = 5) -> None:
+        self.name, self.every, self.last = name, every, -1
+
+    def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        step = trainer.global_step
+        if step % self.every == 0 and step != self.last:
+            self.last = step
+            total = trainer.estimated_stepping_batches
+            print(f"[{time.strftime('%H:%M:%S')}] {self.name}: step {step}/{total}", flush=True)
 
 
 def memorisation_probe(module: CausalLMFineTuning, source: Path, split: str) -> float:
