@@ -405,7 +405,8 @@ def test_search_picks_the_layer_whose_steered_answers_are_the_desired_ones(tmp_p
     r = torch.stack([last_token_output(original, tokenizer, q, BEST) for q in reference]).mean(0) - torch.stack(
         [last_token_output(original, tokenizer, q, BEST) for q in questions]
     ).mean(0)
-    module.marked = frozenset(steered_by_hand(original, tokenizer, questions[:4], BEST, 4.0 * r.float()))
+    searched = questions[:: len(questions) // 4][:4]  # the search's prompts: evenly spaced over the forget split
+    module.marked = frozenset(steered_by_hand(original, tokenizer, searched, BEST, 4.0 * r.float()))
 
     quiet = {"enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
     fit = L.Trainer(accelerator="cpu", max_steps=1, logger=CSVLogger(tmp_path), limit_val_batches=0, **quiet)
@@ -423,6 +424,12 @@ def test_search_picks_the_layer_whose_steered_answers_are_the_desired_ones(tmp_p
     loaded = MarkedEmbedding.load_from_checkpoint(tmp_path / "lunar.ckpt")
     assert loaded.layer == BEST and loaded.layer_search == record
     torch.testing.assert_close(loaded.projection_weight(), module.projection_weight(), rtol=0, atol=0)
+
+    resumed = MarkedEmbedding(**kwargs, **search, undesired_responses=[UNDESIRED])  # a resumed fit does not search
+    resumed.search_layer = lambda *_: pytest.fail("a resumed fit searched for the layer again")
+    again = L.Trainer(accelerator="cpu", max_steps=2, logger=False, limit_val_batches=0, **quiet)
+    again.fit(resumed, datamodule(), ckpt_path=tmp_path / "lunar.ckpt")
+    assert resumed.layer == BEST and resumed.layer_search == record and again.global_step == 2
 
 
 def test_search_defers_the_layer_until_fit():

@@ -198,7 +198,7 @@ class LUNAR(UnlearningModule):
             refused, since LUNAR trains one full matrix.
         layer: l, the block whose MLP down-projection trains and whose output is redirected
             (negative counts from the last); ``None``: ``num_layers * 22 // 32``; ``"search"``: the
-            paper's layer selection, run once in ``setup("fit")`` (see the module docstring).
+            paper's layer selection, run once when the optimiser is configured (see the module docstring).
         coefficient: c, how far forget activations move along r.
         lr: AdamW learning rate on W.
         lr_decay: gamma of the per-epoch exponential learning-rate decay, in (0, 1].
@@ -262,7 +262,7 @@ class LUNAR(UnlearningModule):
         self.shared_prefix = 0  # set at fit start, from the DataModule's prompt format
         self.layer_search: dict[str, Any] | None = None  # the search's record, once it ran
         self.model.requires_grad_(False)
-        self.layer: int | None = None  # "search": chosen in setup("fit"), or read back from a checkpoint
+        self.layer: int | None = None  # "search": chosen in configure_optimizers, or read back from a checkpoint
         hidden = self.model.get_input_embeddings().weight.size(1)
         self.register_buffer("redirection", torch.zeros(hidden, dtype=torch.float32))
         if layer != "search":
@@ -372,12 +372,6 @@ class LUNAR(UnlearningModule):
             for prompt in self.reference_prompts
         ]
 
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
-        # the search runs before configure_optimizers (which needs l); a resumed fit reads l from its checkpoint
-        if stage == "fit" and self.layer is None and not self.trainer.ckpt_path:
-            self.search_layer(self._forget_retain_datamodule())
-
     def embed_texts(self, texts: Sequence[str]) -> torch.Tensor:
         """Unit sentence embeddings [N, k] of ``texts`` (MiniLM, offline): the search's e."""
         from trustlit.audit.neighbourhood import embed  # sentence-transformers loads only when a search runs
@@ -393,7 +387,7 @@ class LUNAR(UnlearningModule):
     @torch.no_grad()
     def search_layer(self, datamodule: Any) -> int:
         """The paper's layer selection: score every candidate block by s1 - s2 of its steered answers on
-        the first ``search_samples`` forget prompts, make the best one l, and record the scores in
+        ``search_samples`` forget prompts evenly spaced over the split, make the best one l, and record the scores in
         ``self.layer_search`` (also logged, written to ``<log_dir>/lunar_layer_search.json`` when the
         Trainer has a logger, and checkpointed)."""
         started = time.perf_counter()
@@ -404,7 +398,9 @@ class LUNAR(UnlearningModule):
         redirections = self.compute_redirections(
             self._reference_prompt_ids(datamodule), [sample["prompt_ids"] for sample in forget], layers, batch_size
         )
-        subset = forget[: self.hparams.search_samples]
+        # evenly spaced over the split: its first records are one author's (TOFU stores the split author by author)
+        stride = max(1, len(forget) // self.hparams.search_samples)
+        subset = forget[::stride][: self.hparams.search_samples]
         desired, undesired = self.embed_texts(self.desired_responses), self.embed_texts(self.undesired_responses)
         scores, answers = {}, {}
         for layer, r in zip(layers, redirections, strict=True):
@@ -494,6 +490,10 @@ class LUNAR(UnlearningModule):
         return loss
 
     def configure_optimizers(self) -> dict[str, Any]:
+        # layer="search": the optimiser needs l, so the search runs here, on a fresh fit only; a resumed fit has
+        # restored l from its checkpoint by now (on_load_checkpoint runs before this hook, setup before both)
+        if self.layer is None:
+            self.search_layer(self._forget_retain_datamodule())
         weight = self.down_projection.weight
         optimizer = torch.optim.AdamW([weight], lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
         scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=self.hparams.lr_decay)
