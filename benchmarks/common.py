@@ -66,16 +66,18 @@ def bare_trainer(
     root: Path | str | None = None,
     logger: bool = False,
     checkpointing: bool = False,
-    **budget: int,
+    accelerator: str = "cpu",
+    **budget: Any,
 ) -> L.Trainer:
-    """A quiet CPU Trainer: no progress bar, model summary or validation.
+    """A quiet Trainer on one device (CPU unless ``accelerator`` says otherwise): no progress bar, model summary or
+    validation.
 
     ``root``: its ``default_root_dir`` (Lightning's default: the working directory); ``logger`` and
     ``checkpointing``: Lightning's default logger and ``ModelCheckpoint`` (both off by default);
     ``budget``: max_steps, max_epochs, limit_test_batches, ...
     """
     return L.Trainer(
-        accelerator="cpu",
+        accelerator=accelerator,
         devices=1,
         logger=logger,
         enable_checkpointing=checkpointing,

@@ -37,9 +37,11 @@ from benchmarks.common import REPO_ROOT, TOFU, bare_trainer, comma_list, table
 from trustlit import CausalLMFineTuning
 from trustlit.data import ForgetRetainDataModule, QADataModule
 from trustlit.data.tofu_subsets import write_tofu_subset
+from trustlit.figures import new_figure, save_png
 from trustlit.llm.loading import SMOLLM2_NAME
 from trustlit.llm.scoring import encode_pairs, greedy_answers
 from trustlit.metrics.text import rouge_l_recall
+from trustlit.metrics.tofu import CORRECT_ROUGE_RECALL
 from trustlit.stages import StageCache, config_digest
 from trustlit.unlearning import (
     LUNAR,
@@ -65,6 +67,9 @@ UNLEARN_EPOCHS = 10
 MEMORISATION_GATE = 0.9  # forget ROUGE-L recall of the target
 MATCHED_UTILITY = 0.95  # a setting is eligible when its Model Utility >= 0.95 x the target's
 SWEEP_SEED, TEST_SEEDS = 0, (1, 2, 3)
+# Raise when the evaluation code changes what it reports (every eval and unlearn stage is then recomputed).
+# 1: stemmed ROUGE-L, 200 new tokens, refusal / non-answer / fabrication, FQ sample sizes.
+EVAL_VERSION = 1
 LRS = (1e-5, 3e-5, 1e-4)
 
 
@@ -132,6 +137,23 @@ class Protocol:
         self.splits = protocol_splits(args.protocol)
         self.log: list[str] = []
 
+    def trainer(self, directory: Path, name: str, epochs: int, every: int) -> L.Trainer:
+        """The Trainer of a fine-tuning or unlearning stage: effective batch 32, gradients clipped at norm 1."""
+        return bare_trainer(
+            [Progress(name, every)],
+            root=directory,
+            accelerator=self.args.accelerator,
+            max_epochs=epochs,
+            accumulate_grad_batches=EFFECTIVE_BATCH // MICRO_BATCH,
+            gradient_clip_val=self.gradient_clip(name),
+        )
+
+    @staticmethod
+    def gradient_clip(name: str) -> float | None:
+        """TOFU's (the HF Trainer's max_grad_norm) and Attention-Shifting's released clipping at norm 1 while
+        unlearning; the fine-tunes of this benchmark ran without clipping and keep doing so (their cache key)."""
+        return None if name.startswith("finetune/") else 1.0
+
     # data
     def data(self) -> Path:
         config = {"protocol": self.args.protocol, "tofu": str(self.args.tofu)}
@@ -189,12 +211,7 @@ class Protocol:
                 lr_schedule="linear",
                 generate=False,
             )
-            trainer = bare_trainer(
-                [Progress(name)],
-                root=directory,
-                max_epochs=config["epochs"],
-                accumulate_grad_batches=EFFECTIVE_BATCH // MICRO_BATCH,
-            )
+            trainer = self.trainer(directory, name, config["epochs"], every=5)
             began = time.perf_counter()
             trainer.fit(module, data)
             seconds = time.perf_counter() - began
@@ -214,8 +231,12 @@ class Protocol:
         return {
             "model": self.cache.record(model_stage)["config_digest"],
             "reference": self.cache.record(reference_stage)["config_digest"] if reference_stage else None,
+            "version": EVAL_VERSION,
             "max_new_tokens": 200,
             "rouge": "rouge-score rougeL recall, Porter stemming",
+            "correct_rouge_recall": CORRECT_ROUGE_RECALL,
+            "prompt_format": "chat",
+            "max_length": MAX_LENGTH,
             "batch_size": 16,
             "max_samples": self.args.eval_samples,
             "splits": self.eval_splits(),
@@ -248,7 +269,8 @@ class Protocol:
             prompt_format="chat",
         )
         began = time.perf_counter()
-        bare_trainer([callback], root=directory, limit_test_batches=1).test(module, data, verbose=False)
+        tester = bare_trainer([callback], root=directory, accelerator=self.args.accelerator, limit_test_batches=1)
+        tester.test(module, data, verbose=False)
         return {**callback.results, "eval_seconds": time.perf_counter() - began}
 
     def evaluate_model(self, role: str, variant: str) -> dict:
@@ -275,7 +297,8 @@ class Protocol:
 
         def search(directory: Path) -> dict:
             module = LUNAR(lm={"name_or_path": str(target)}, layer="search", search_samples=16, generate=False)
-            bare_trainer(root=directory, max_steps=0).fit(module, self.forget_retain_data(source))
+            searcher = bare_trainer(root=directory, accelerator=self.args.accelerator, max_steps=0)
+            searcher.fit(module, self.forget_retain_data(source))
             return module.layer_search
 
         self.progress(name, config)
@@ -304,6 +327,7 @@ class Protocol:
             "epochs": self.args.unlearn_epochs or EPOCHS.get(method, UNLEARN_EPOCHS),
             "effective_batch": EFFECTIVE_BATCH,
             "micro_batch": MICRO_BATCH,
+            "gradient_clip": 1.0,
             "seed": seed,
         }
 
@@ -321,12 +345,7 @@ class Protocol:
             data = self.forget_retain_data(source)
             chosen = {**setting, "layer": config["layer"]} if method == "LUNAR" else setting
             module = build_method(method, target, chosen, variant, len(data_records(source, self.splits["forget"])))
-            trainer = bare_trainer(
-                [Progress(name, every=2)],
-                root=directory,
-                max_epochs=config["epochs"],
-                accumulate_grad_batches=EFFECTIVE_BATCH // MICRO_BATCH,
-            )
+            trainer = self.trainer(directory, name, config["epochs"], every=2)
             began = time.perf_counter()
             trainer.fit(module, data)
             fit_seconds = time.perf_counter() - began
@@ -436,6 +455,14 @@ def run_protocol(protocol: Protocol, variants: list[str], methods: list[str], ph
             state["eval"][role, variant] = protocol.evaluate_model(role, variant)
     if stop < PHASES.index("sweep"):
         return state
+    failed = [v for v in variants if state["eval"]["target", v]["forget_rougeL"] < MEMORISATION_GATE]
+    if failed and not protocol.args.ignore_gate:
+        print(
+            f"the target ({', '.join(failed)}) failed the memorisation gate (forget ROUGE-L recall < "
+            f"{MEMORISATION_GATE}): no unlearning runs; raise --finetune-lr / --finetune-epochs, or --ignore-gate",
+            flush=True,
+        )
+        return state
     for variant, method in itertools.product(variants, methods):
         sweep = {setting_name(s): protocol.unlearn(variant, method, s, SWEEP_SEED) for s in SWEEPS[method]}
         state["sweep"][variant, method] = sweep
@@ -471,6 +498,9 @@ def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) ->
             for s in SWEEPS[method]
             if (r := stored(f"unlearn/{variant}/{method}/{setting_name(s)}/seed{SWEEP_SEED}"))
         }
+        if method == "LUNAR" and (search := stored(f"lunar-layer/{variant}")):
+            # LUNAR's cost includes its one layer search (shared by all its runs on this target)
+            sweep = {k: {**r, "fit_seconds": r["fit_seconds"] + search["seconds"]} for k, r in sweep.items()}
         if sweep:
             state["sweep"][variant, method] = sweep
         target = state["eval"].get(("target", variant))
@@ -478,14 +508,45 @@ def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) ->
             chosen, matched = select(sweep, target["model_utility"])
             state["chosen"][variant, method] = (chosen, matched)
             seeds = [r for k in TEST_SEEDS if (r := stored(f"unlearn/{variant}/{method}/{chosen}/seed{k}"))]
+            if method == "LUNAR" and (search := stored(f"lunar-layer/{variant}")):
+                seeds = [{**r, "fit_seconds": r["fit_seconds"] + search["seconds"]} for r in seeds]
             state["seeds"][variant, method] = seeds
     return state
+
+
+def scatter(state: dict[str, Any], variants: list[str], path: Path) -> str:
+    """Forget Quality against Model Utility of every swept setting (seed 0), one marker per method, written to
+    ``path`` (PNG); the markdown that shows it, or nothing before the first sweep result."""
+    if not state["sweep"]:
+        return ""
+    figure, axes = new_figure(ncols=len(variants), figsize=(6.5 * len(variants), 4.8), squeeze=False)
+    for ax, variant in zip(axes[0], variants, strict=True):
+        for (swept_variant, method), sweep in state["sweep"].items():
+            if swept_variant == variant:
+                runs = list(sweep.values())
+                ax.scatter([r["model_utility"] for r in runs], [r["forget_quality"] for r in runs], label=method, s=22)
+        if target := state["eval"].get(("target", variant)):
+            ax.axvline(MATCHED_UTILITY * target["model_utility"], color="grey", ls="--", lw=1)
+            ax.scatter([target["model_utility"]], [target["forget_quality"]], marker="*", s=160, c="k", label="target")
+        if retain := state["eval"].get(("retain", variant)):
+            ax.scatter([retain["model_utility"]], [1.0], marker="P", s=110, c="tab:green", label="retain model")
+        ax.set_yscale("log")
+        ax.set_xlabel("Model Utility")
+        ax.set_ylabel("Forget Quality (KS p-value)")
+        ax.set_title(f"{variant} fine-tuning: every swept setting, seed {SWEEP_SEED}")
+        ax.legend(fontsize=7, ncols=2)
+    save_png(figure, path)
+    return (
+        f"### Forget Quality against Model Utility\n\n![FQ vs MU of every swept setting]({path.name})\n\n"
+        f"Dashed: {MATCHED_UTILITY} x the target's Model Utility (settings to its right are eligible)."
+    )
 
 
 def render(state: dict[str, Any], args: argparse.Namespace, variants: list[str], methods: list[str]) -> str:
     sections = [header(args)]
     sections.append(render_finetune(state, variants))
     sections.append(render_methods(state, variants, methods))
+    sections.append(scatter(state, variants, args.output.with_name(f"unlearning_{args.protocol}_fq_mu.png")))
     sections.append(render_pending(state, variants, methods))
     return "\n\n".join(part for part in sections if part)
 
@@ -609,6 +670,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", choices=("tofu20", "full"), default="tofu20", help="TOFU-20 (CPU) or full TOFU")
     parser.add_argument("--phase", choices=PHASES, default="seeds", help="run stages up to this phase (default all)")
     parser.add_argument("--render-only", action="store_true", help="render the cached stages, compute nothing")
+    parser.add_argument("--ignore-gate", action="store_true", help="unlearn even a target that failed the gate")
+    parser.add_argument("--accelerator", default="auto", help="Lightning accelerator of every stage (default auto)")
     parser.add_argument("--variants", default="full", help="comma-separated from full,lora (default full)")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
     parser.add_argument("--model", default=SMOLLM2_NAME, help="the pretrained model (default smollm2-135m-instruct)")
@@ -630,7 +693,13 @@ def finish_arguments(args: argparse.Namespace) -> None:
     default = REPO_ROOT / "runs" / "benchmarks" / "unlearning"
     if args.workdir == default:
         args.workdir = default / (args.protocol + ("-quick" if args.quick else ""))
-    json.dumps(vars(args), default=str)  # every option is plain data: the stage configurations embed some
+    for option in ("eval_samples", "unlearn_epochs", "finetune_epochs"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            raise SystemExit(f"--{option.replace('_', '-')}: must be a positive integer, got {value}")
+    for option in ("finetune_lr", "finetune_lr_lora"):
+        if not getattr(args, option) > 0:
+            raise SystemExit(f"--{option.replace('_', '-')}: must be positive, got {getattr(args, option)}")
     for variant in comma_list(args.variants):
         if variant not in VARIANTS:
             raise SystemExit(f"--variants: unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")

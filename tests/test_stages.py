@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from trustlit.paths import TEMP_SUFFIX
 from trustlit.stages import RECORD_NAME, StageCache, config_digest
 
 
@@ -52,6 +53,14 @@ def test_failed_stage_leaves_nothing_and_keeps_the_older_result(tmp_path):
         cache.run("stage", {"a": 2}, fails)
     assert cache.record("stage")["result"] == {"value": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stage"]  # no scratch directory left behind
+
+
+def test_a_killed_stage_leaves_scratch_that_its_next_run_removes(tmp_path):
+    killed = tmp_path / "finetune" / f".target.abc123{TEMP_SUFFIX}"  # as atomic_directory names its scratch
+    killed.mkdir(parents=True)
+    (killed / "model.ckpt").write_bytes(b"half")
+    StageCache(tmp_path).run("finetune/target", {"lr": 1}, counting_stage([], 1))
+    assert sorted(p.name for p in (tmp_path / "finetune").iterdir()) == ["target"]
 
 
 def test_bad_names_and_configurations_are_errors(tmp_path):

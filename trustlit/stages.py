@@ -9,7 +9,8 @@ changed configuration recomputes it and replaces the old one.
 
 A stage computes into a temporary sibling directory that replaces ``<root>/<name>/`` only when it
 has finished (:func:`~trustlit.paths.atomic_directory`), so an interrupted stage leaves nothing that
-a later run could mistake for a result.
+a later run could mistake for a result; what a killed run left there is removed when the stage runs
+again. One process at a time works on a cache.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -28,7 +30,7 @@ from typing import Any
 
 import torch
 
-from trustlit.paths import atomic_directory, write_json_atomic
+from trustlit.paths import TEMP_SUFFIX, atomic_directory, write_json_atomic
 
 RECORD_NAME = "stage.json"
 
@@ -97,7 +99,10 @@ class StageCache:
         config = _checked(name, config)
         if self.done(name, config):
             return self.record(name)["result"]
-        with atomic_directory(self.path(name)) as scratch:
+        final = self.path(name)
+        for stale in final.parent.glob(f".{final.name}.*{TEMP_SUFFIX}"):  # what a killed run of this stage left
+            shutil.rmtree(stale)
+        with atomic_directory(final) as scratch:
             started, began = utc_date(), time.perf_counter()
             result = compute(scratch)
             record = {
