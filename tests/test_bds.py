@@ -165,13 +165,16 @@ def test_scheduler_energy_is_on_the_dataset_scale_with_the_prior():
     sampled = BDS(TINY, num_samples=3, langevin_temperature=0.5, scheduler_prior_std=0.5)
     with torch.no_grad():
         sampled.data_scheduler.logits.copy_(logits)
-    objective = sampled.scheduler_objective(torch.tensor(0.3))
+    none, entropy = torch.tensor(0.0), torch.tensor(0.2)  # the entropy regulariser R: a whole-mixture term
+    objective = sampled.scheduler_objective(torch.tensor(0.3), none)
     assert objective.item() == pytest.approx(0.9 + 5.25 / 0.5)  # U = N S + ||z||^2 / (2 sigma^2)
+    assert sampled.scheduler_objective(torch.tensor(0.3), entropy).item() == pytest.approx(objective.item() + 0.2)
     optimised = BDS(TINY, num_samples=3, scheduler_prior_std=0.5)  # T = 0: AdamW on U / N
     with torch.no_grad():
         optimised.data_scheduler.logits.copy_(logits)
-    assert optimised.scheduler_objective(torch.tensor(0.3)).item() == pytest.approx(objective.item() / 3)
-    assert BDS(TINY, num_samples=3).scheduler_objective(torch.tensor(0.3)).item() == pytest.approx(0.3)  # released
+    assert optimised.scheduler_objective(torch.tensor(0.3), none).item() == pytest.approx(objective.item() / 3)
+    released = BDS(TINY, num_samples=3).scheduler_objective(torch.tensor(0.3), entropy)
+    assert released.item() == pytest.approx(0.5)  # S + R, the released objective
 
 
 def test_psgld_bad_values():

@@ -208,11 +208,12 @@ class BDS(ManualStepMixin, SafetyModule):
         self.lr_schedulers().step()
 
         scheduler_loss = weighted_finetune_loss(losses.detach(), weights)
+        regulariser = scheduler_loss.new_zeros(())
         if self.hparams.entropy_weight > 0:
             support = self.data_scheduler.all_weights() if isinstance(self.data_scheduler, ScalarScheduler) else weights
-            scheduler_loss = scheduler_loss + self.hparams.entropy_weight * negative_entropy(support)
+            regulariser = self.hparams.entropy_weight * negative_entropy(support)
         scheduler_optimizer.zero_grad(set_to_none=True)
-        self.manual_backward(self.scheduler_objective(scheduler_loss))
+        self.manual_backward(self.scheduler_objective(scheduler_loss, regulariser))
         if self.hparams.langevin_temperature == 0:  # clipping would change pSGLD's drift, not its noise
             nn.utils.clip_grad_norm_(self.data_scheduler.parameters(), self.hparams.scheduler_grad_clip)
         # the wrapped torch optimizer: Lightning counts every LightningOptimizer.step as a global step,
@@ -223,20 +224,23 @@ class BDS(ManualStepMixin, SafetyModule):
             "loss": loss,
             "align_loss": align_loss,
             "finetune_loss": losses.mean(),
-            "scheduler_loss": scheduler_loss,
+            "scheduler_loss": scheduler_loss + regulariser,
             "batch_weight_min": weights.min(),
         }
         self.log_terms(terms, losses.size(0))
         return loss.detach()
 
-    def scheduler_objective(self, scheduler_loss: torch.Tensor) -> torch.Tensor:
-        """What the scheduler step descends: U for pSGLD (T > 0), U / N for AdamW (S itself without a prior)."""
+    def scheduler_objective(self, scheduler_loss: torch.Tensor, regulariser: torch.Tensor) -> torch.Tensor:
+        """What the scheduler step descends: U = N S + R + prior for pSGLD (T > 0), U / N for AdamW (S + R
+        itself without a prior, the released objective). The entropy regulariser R is a term on the whole
+        mixture's weights, not a per-sample likelihood, so it enters U once and is not scaled by N."""
         hp = self.hparams
         if not self.uses_energy:
-            return scheduler_loss
+            return scheduler_loss + regulariser
         energy = dataset_energy(
             scheduler_loss, list(self.data_scheduler.parameters()), hp.num_samples, hp.scheduler_prior_std
         )
+        energy = energy + hp.num_samples * regulariser if hp.langevin_temperature == 0 else energy + regulariser
         return energy if hp.langevin_temperature > 0 else energy / hp.num_samples
 
     @torch.no_grad()

@@ -134,7 +134,7 @@ class PSGLD(torch.optim.Optimizer):
     ``p.grad`` must hold grad U, the gradient of the energy on the dataset scale (N x the batch-mean
     loss, plus the negative log-prior). Per step, elementwise:
 
-        V <- alpha * V + (1 - alpha) * (grad U / N)^2      (the per-sample-scale gradient, as in the paper)
+        V <- alpha * V + (1 - alpha) * (grad U / N)^2      (per-sample scale; with a prior, its gradient too)
         G = 1 / (eps + sqrt(V))                              (the RMSprop preconditioner)
         theta <- theta - (lr / 2) * G * grad U + sqrt(lr * G * T) * xi,   xi ~ N(0, I)
 
