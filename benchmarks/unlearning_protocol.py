@@ -148,6 +148,12 @@ class Protocol:
             gradient_clip_val=self.gradient_clip(name),
         )
 
+    def model(self, role: str, variant: str) -> str:
+        """``target-full-lr0.0003``: a fine-tuned model is named by its learning rate, so that the attempts at
+        the memorisation gate stay side by side in the cache (and in the report)."""
+        lr = self.args.finetune_lr if variant == "full" else self.args.finetune_lr_lora
+        return f"{role}-{variant}-lr{lr:g}"
+
     @staticmethod
     def gradient_clip(name: str) -> float | None:
         """TOFU's (the HF Trainer's max_grad_norm) and Attention-Shifting's released clipping at norm 1 while
@@ -188,7 +194,7 @@ class Protocol:
         }
 
     def finetune(self, role: str, variant: str) -> Path:
-        name = f"finetune/{role}-{variant}"
+        name = f"finetune/{self.model(role, variant)}"
         source = self.data()
         config = self.finetune_config(role, variant)
 
@@ -274,9 +280,9 @@ class Protocol:
         return {**callback.results, "eval_seconds": time.perf_counter() - began}
 
     def evaluate_model(self, role: str, variant: str) -> dict:
-        model_stage = f"finetune/{role}-{variant}"
-        reference_stage = None if role == "retain" else f"eval/retain-{variant}"
-        name = f"eval/{role}-{variant}"
+        model_stage = f"finetune/{self.model(role, variant)}"
+        reference_stage = None if role == "retain" else f"eval/{self.model('retain', variant)}"
+        name = f"eval/{self.model(role, variant)}"
         config = self.evaluate_config(model_stage, reference_stage)
         checkpoint = self.cache.path(model_stage) / "model.ckpt"
         reference = self.cache.path(reference_stage) / "unlearning_eval.json" if reference_stage else None
@@ -291,8 +297,9 @@ class Protocol:
     # LUNAR's layer: the paper's search, once per target (every LUNAR run then redirects that block)
     def lunar_layer(self, variant: str) -> int:
         name = f"lunar-layer/{variant}"
-        target = self.cache.path(f"finetune/target-{variant}") / "model.ckpt"
-        config = {"target": self.cache.record(f"finetune/target-{variant}")["config_digest"], "search_samples": 16}
+        target = self.cache.path(f"finetune/{self.model('target', variant)}") / "model.ckpt"
+        target_record = self.cache.record(f"finetune/{self.model('target', variant)}")
+        config = {"target": target_record["config_digest"], "search_samples": 16}
         source = self.data()
 
         def search(directory: Path) -> dict:
@@ -319,8 +326,12 @@ class Protocol:
     # unlearning
     def unlearn_config(self, variant: str, method: str, setting: Mapping[str, Any], seed: int) -> dict[str, Any]:
         return {
-            "target": self.cache.record(f"finetune/target-{variant}")["config_digest"],
-            "evaluation": config_digest(self.evaluate_config(f"finetune/target-{variant}", f"eval/retain-{variant}")),
+            "target": self.cache.record(f"finetune/{self.model('target', variant)}")["config_digest"],
+            "evaluation": config_digest(
+                self.evaluate_config(
+                    f"finetune/{self.model('target', variant)}", f"eval/{self.model('retain', variant)}"
+                )
+            ),
             "method": method,
             "setting": dict(setting),
             "schedule": "released" if method in OWN_SCHEDULE else "tofu",
@@ -336,8 +347,8 @@ class Protocol:
         config = self.unlearn_config(variant, method, setting, seed)
         if method == "LUNAR":
             config["layer"] = self.lunar_layer(variant)
-        target = self.cache.path(f"finetune/target-{variant}") / "model.ckpt"
-        reference = self.cache.path(f"eval/retain-{variant}") / "unlearning_eval.json"
+        target = self.cache.path(f"finetune/{self.model('target', variant)}") / "model.ckpt"
+        reference = self.cache.path(f"eval/{self.model('retain', variant)}") / "unlearning_eval.json"
         source = self.data()
 
         def run(directory: Path) -> dict:
@@ -447,7 +458,7 @@ def run_protocol(protocol: Protocol, variants: list[str], methods: list[str], ph
     for variant in variants:
         for role in ("target", "retain"):
             protocol.finetune(role, variant)
-            state["finetune"][role, variant] = protocol.cache.record(f"finetune/{role}-{variant}")
+            state["finetune"][role, variant] = protocol.cache.record(f"finetune/{protocol.model(role, variant)}")
     if stop < PHASES.index("evaluate"):
         return state
     for variant in variants:
@@ -488,9 +499,9 @@ def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) ->
 
     for variant in variants:
         for role in ("retain", "target"):
-            if record := cache.record(f"finetune/{role}-{variant}"):
+            if record := cache.record(f"finetune/{protocol.model(role, variant)}"):
                 state["finetune"][role, variant] = record
-            if result := stored(f"eval/{role}-{variant}"):
+            if result := stored(f"eval/{protocol.model(role, variant)}"):
                 state["eval"][role, variant] = result
     for variant, method in itertools.product(variants, methods):
         sweep = {
@@ -542,9 +553,10 @@ def scatter(state: dict[str, Any], variants: list[str], path: Path) -> str:
     )
 
 
-def render(state: dict[str, Any], args: argparse.Namespace, variants: list[str], methods: list[str]) -> str:
+def render(protocol: Protocol, state: dict[str, Any], variants: list[str], methods: list[str]) -> str:
+    args = protocol.args
     sections = [header(args)]
-    sections.append(render_finetune(state, variants))
+    sections.append(render_finetune(protocol))
     sections.append(render_methods(state, variants, methods))
     sections.append(scatter(state, variants, args.output.with_name(f"unlearning_{args.protocol}_fq_mu.png")))
     sections.append(render_pending(state, variants, methods))
@@ -581,29 +593,53 @@ contentless answer ("Nobody knows.", empty); fabrication = none of these and not
 a hallucinated fact."""
 
 
-def render_finetune(state: dict[str, Any], variants: list[str]) -> str:
+def render_finetune(protocol: Protocol) -> str:
+    """Every fine-tuned model in the cache (each learning rate tried), with its evaluation where there is one."""
+    directory = protocol.cache.root / "finetune"
+    names = sorted(p.name for p in directory.iterdir() if not p.name.startswith(".")) if directory.is_dir() else []
     rows = []
-    for variant, role in itertools.product(variants, ("target", "retain")):
-        record, result = state["finetune"].get((role, variant)), state["eval"].get((role, variant))
+    for name in names:
+        record = protocol.cache.record(f"finetune/{name}")
         if record is None:
             continue
-        gate = "-"
-        if result and role == "target":
-            gate = "passed" if result["forget_rougeL"] >= MEMORISATION_GATE else "**failed**"
+        evaluation = protocol.cache.record(f"eval/{name}")
+        result = evaluation["result"] if evaluation else {}
+        probe = record["result"].get("forget_rougeL_probe")
+        rouge = result.get("forget_rougeL", probe)
+        gate = (
+            "-"
+            if not name.startswith("target") or rouge is None
+            else ("passed" if rouge >= MEMORISATION_GATE else "**failed**")
+        )
         rows.append(
             [
-                f"{role} ({variant})",
+                name,
                 f"{record['result']['train_seconds']:.0f}",
-                *(fmt(result.get(k)) if result else "-" for k in ("forget_rougeL", "forget_prob", "model_utility")),
-                fmt(result.get("retain_rougeL")) if result else "-",
+                fmt(probe),
+                *(fmt(result.get(k)) for k in ("forget_rougeL", "forget_prob", "model_utility", "retain_rougeL")),
                 gate,
                 record["machine"],
             ]
         )
     if not rows:
         return ""
-    header_row = ["model", "fine-tune (s)", "forget ROUGE-L", "forget prob", "MU", "retain ROUGE-L", "gate", "machine"]
-    return "### Fine-tuned models\n\n" + table(header_row, rows)
+    header_row = [
+        "model",
+        "fine-tune (s)",
+        "forget ROUGE-L (probe)",
+        "forget ROUGE-L",
+        "forget prob",
+        "MU",
+        "retain ROUGE-L",
+        "gate",
+        "machine",
+    ]
+    return (
+        "### Fine-tuned models\n\nEvery learning rate tried; the probe is the forget split's greedy ROUGE-L recall "
+        "measured at the end of the fine-tune (before the evaluation stage; the first attempt's, lr 3e-4, with the "
+        "unstemmed ROUGE-L of the code it ran with), the other columns the evaluation's. The gate reads the "
+        "evaluation's value where there is one, else the probe's.\n\n" + table(header_row, rows)
+    )
 
 
 def render_methods(state: dict[str, Any], variants: list[str], methods: list[str]) -> str:
@@ -660,7 +696,7 @@ def protocol_section(args: argparse.Namespace) -> str:
     variants, methods = comma_list(args.variants), comma_list(args.methods)
     if not args.render_only:
         run_protocol(protocol, variants, methods, args.phase)
-    return render(cached_state(protocol, variants, methods), args, variants, methods)
+    return render(protocol, cached_state(protocol, variants, methods), variants, methods)
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], str]] = {"protocol": protocol_section}
@@ -675,7 +711,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", default="full", help="comma-separated from full,lora (default full)")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
     parser.add_argument("--model", default=SMOLLM2_NAME, help="the pretrained model (default smollm2-135m-instruct)")
-    parser.add_argument("--finetune-lr", type=float, default=3e-4, help="full fine-tuning lr (default 3e-4)")
+    parser.add_argument("--finetune-lr", type=float, default=1e-3, help="full fine-tuning lr (default 1e-3)")
     parser.add_argument("--finetune-lr-lora", type=float, default=1e-3, help="LoRA fine-tuning lr (default 1e-3)")
     parser.add_argument("--finetune-epochs", type=int, default=FINETUNE_EPOCHS)
     parser.add_argument("--unlearn-epochs", type=int, help="override every method's epochs (smoke runs)")
