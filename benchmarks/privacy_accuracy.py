@@ -53,6 +53,7 @@ from trustlit.privacy import DPSGD, PMSVM
 from trustlit.privacy.mechanisms import add_gaussian_noise, analytic_gaussian_sigma, classic_gaussian_sigma
 from trustlit.privacy.svm import (
     crammer_singer_hinge,
+    crammer_singer_margins,
     crammer_singer_sensitivity,
     fit_crammer_singer,
     fit_one_vs_rest,
@@ -836,11 +837,8 @@ def regime_task(data: Dataset, data_index: int, seed: int) -> RegimeResult:
         result.scaled_norm[lam] = float(np.linalg.norm(weights) * lam)
     largest = NON_PRIVATE_LAMBDAS[-1]
     if result.violated[largest] == 1.0:  # margins of V*/λ are those of V* over λ: λ* is V*'s largest margin
-        scores = x @ (largest * solutions[largest]).T
-        rows = np.arange(len(y))
-        true = scores[rows, y].copy()
-        scores[rows, y] = -np.inf
-        result.threshold = float(np.max(true - scores.max(axis=1)))
+        margins = crammer_singer_margins(torch.as_tensor(x @ (largest * solutions[largest]).T), torch.as_tensor(y))
+        result.threshold = float(margins.max())
     keys = (data_index, seed, EPSILONS.index(REGIME_EPSILON), EXACT_PRIVATE.index("weight"))
     problem = (len(y), data.classes, REGIME_EPSILON)
     result.wp_val = dict(zip(LAMBDAS, selection_scores(solutions, "weight", problem, validation, keys), strict=True))

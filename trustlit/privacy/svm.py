@@ -274,6 +274,12 @@ def crammer_singer_hinge(scores: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (scores + margins).amax(dim=1) - scores.gather(1, y[:, None]).squeeze(1)
 
 
+def crammer_singer_margins(scores: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-sample margin s_y − max_{k≠y} s_k for scores s = W x, shape [B] (the hinge is active below 1)."""
+    others = scores.scatter(1, y[:, None], float("-inf"))
+    return scores.gather(1, y[:, None]).squeeze(1) - others.amax(dim=1)
+
+
 def smoothed_crammer_singer_loss(scores: torch.Tensor, y: torch.Tensor, smoothing: float) -> torch.Tensor:
     """Per-sample ℓ_h = h · logsumexp((m + s)/h) − s_y, the log-sum-exp smoothed CS hinge, shape [B].
 
