@@ -231,16 +231,14 @@ class BDS(ManualStepMixin, SafetyModule):
         return loss.detach()
 
     def scheduler_objective(self, scheduler_loss: torch.Tensor, regulariser: torch.Tensor) -> torch.Tensor:
-        """What the scheduler step descends: U = N S + R + prior for pSGLD (T > 0), U / N for AdamW (S + R
-        itself without a prior, the released objective). The entropy regulariser R is a term on the whole
-        mixture's weights, not a per-sample likelihood, so it enters U once and is not scaled by N."""
+        """What the scheduler step descends: U = N S + R + prior for pSGLD (T > 0), U / N for AdamW; without a
+        prior that is S + R, the released objective. The entropy regulariser R is a term on the whole mixture's
+        weights, not a per-sample likelihood, so it enters U once and is not scaled by N."""
         hp = self.hparams
         if not self.uses_energy:
             return scheduler_loss + regulariser
-        energy = dataset_energy(
-            scheduler_loss, list(self.data_scheduler.parameters()), hp.num_samples, hp.scheduler_prior_std
-        )
-        energy = energy + hp.num_samples * regulariser if hp.langevin_temperature == 0 else energy + regulariser
+        params = list(self.data_scheduler.parameters())
+        energy = dataset_energy(scheduler_loss, params, hp.num_samples, hp.scheduler_prior_std) + regulariser
         return energy if hp.langevin_temperature > 0 else energy / hp.num_samples
 
     @torch.no_grad()
