@@ -208,7 +208,7 @@ class LUNAR(UnlearningModule):
         token_positions: the prompt tokens the two MSEs fit: ``prompt`` (every one, the released
             code), ``question`` (forget term without the shared template prefix) or ``last``.
         search_layers: the search's candidate blocks; ``None``: the first ``num_layers * 24 // 32``.
-        search_samples: how many forget prompts (the first ones) the search generates for.
+        search_samples: how many forget prompts (evenly spaced over the split) the search generates for.
         search_max_new_tokens: length of each steered answer in the search (released sweep: 64).
         desired_responses, undesired_responses: D and U; ``None``: ``DEFAULT_DESIRED_RESPONSES``,
             ``DEFAULT_UNDESIRED_RESPONSES``.
@@ -391,7 +391,6 @@ class LUNAR(UnlearningModule):
         ``self.layer_search`` (also logged, written to ``<log_dir>/lunar_layer_search.json`` when the
         Trainer has a logger, and checkpointed)."""
         started = time.perf_counter()
-        self.to(self.trainer.strategy.root_device)  # before Lightning moves it: generation is the cost
         forget = datamodule.encode_split(datamodule.forget_split).samples
         batch_size = getattr(datamodule, "eval_batch_size", 16)
         layers = self.search_layers
