@@ -221,12 +221,14 @@ def ms(seconds: float) -> str:
     return f"{1000 * seconds:.2f}"
 
 
-def mean_std(values: Sequence[float], digits: int = 1) -> str:
-    """``mean ± sample std`` (one value: its mean alone; none: ``-``)."""
+def mean_std(values: Sequence[float], digits: int = 1, number: Callable[[float], str] | None = None) -> str:
+    """``mean ± sample std`` (one value: its mean alone; none: ``-``), each written by ``number`` (default: fixed
+    ``digits`` decimals)."""
     if not values:
         return "-"
-    spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
-    return f"{statistics.fmean(values):.{digits}f}{spread}"
+    number = number or (lambda value: f"{value:.{digits}f}")
+    spread = f" ± {number(statistics.stdev(values))}" if len(values) > 1 else ""
+    return f"{number(statistics.fmean(values))}{spread}"
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str = "") -> str:

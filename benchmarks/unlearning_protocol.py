@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -33,15 +32,15 @@ from typing import Any
 import lightning as L
 import torch
 
-from benchmarks.common import REPO_ROOT, TOFU, bare_trainer, comma_list, table
+from benchmarks.common import REPO_ROOT, TOFU, bare_trainer, comma_list, mean_std, table
 from trustlit import CausalLMFineTuning
-from trustlit.data import ForgetRetainDataModule, QADataModule
+from trustlit.data import ForgetRetainDataModule, QADataModule, load_qa_split
 from trustlit.data.tofu_subsets import write_tofu_subset
 from trustlit.figures import new_figure, save_png
 from trustlit.llm.loading import SMOLLM2_NAME
 from trustlit.llm.scoring import encode_pairs, greedy_answers
 from trustlit.metrics.text import rouge_l_recall
-from trustlit.metrics.tofu import CORRECT_ROUGE_RECALL
+from trustlit.metrics.tofu import CORRECT_ROUGE_RECALL, TOFU_MAX_NEW_TOKENS
 from trustlit.stages import StageCache, config_digest
 from trustlit.unlearning import (
     LUNAR,
@@ -62,6 +61,8 @@ LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_pro
 MAX_LENGTH = 256  # TOFU's longest answer is 94 SmolLM2 tokens: nothing is cut
 EFFECTIVE_BATCH = 32
 MICRO_BATCH = 8  # x 4 accumulated = 32; the forget/retain data modules give 8 forget + 8 retain per micro batch
+EVAL_BATCH = 16
+UNLEARN_CLIP = 1.0  # TOFU's (the HF Trainer's max_grad_norm) and Attention-Shifting's released gradient clipping
 FINETUNE_EPOCHS = 5
 UNLEARN_EPOCHS = 10
 MEMORISATION_GATE = 0.9  # forget ROUGE-L recall of the target
@@ -135,30 +136,25 @@ class Protocol:
         self.args = args
         self.cache = StageCache(args.workdir, command=args.command)
         self.splits = protocol_splits(args.protocol)
-        self.log: list[str] = []
 
-    def trainer(self, directory: Path, name: str, epochs: int, every: int) -> L.Trainer:
-        """The Trainer of a fine-tuning or unlearning stage: effective batch 32, gradients clipped at norm 1."""
+    def trainer(self, directory: Path, name: str, epochs: int, every: int, clip: float | None) -> L.Trainer:
+        """The Trainer of a fine-tuning or unlearning stage: effective batch 32, gradients clipped at ``clip``."""
         return bare_trainer(
             [Progress(name, every)],
             root=directory,
             accelerator=self.args.accelerator,
             max_epochs=epochs,
             accumulate_grad_batches=EFFECTIVE_BATCH // MICRO_BATCH,
-            gradient_clip_val=self.gradient_clip(name),
+            gradient_clip_val=clip,
         )
+
+    def finetune_lr(self, variant: str) -> float:
+        return self.args.finetune_lr if variant == "full" else self.args.finetune_lr_lora
 
     def model(self, role: str, variant: str) -> str:
         """``target-full-lr0.0003``: a fine-tuned model is named by its learning rate, so that the attempts at
         the memorisation gate stay side by side in the cache (and in the report)."""
-        lr = self.args.finetune_lr if variant == "full" else self.args.finetune_lr_lora
-        return f"{role}-{variant}-lr{lr:g}"
-
-    @staticmethod
-    def gradient_clip(name: str) -> float | None:
-        """TOFU's (the HF Trainer's max_grad_norm) and Attention-Shifting's released clipping at norm 1 while
-        unlearning; the fine-tunes of this benchmark ran without clipping and keep doing so (their cache key)."""
-        return None if name.startswith("finetune/") else 1.0
+        return f"{role}-{variant}-lr{self.finetune_lr(variant):g}"
 
     # data
     def data(self) -> Path:
@@ -175,13 +171,12 @@ class Protocol:
 
     # fine-tuning
     def finetune_config(self, role: str, variant: str) -> dict[str, Any]:
-        lr = self.args.finetune_lr if variant == "full" else self.args.finetune_lr_lora
         return {
             "model": self.args.model,
             "data": self.cache.record("data")["config_digest"] if self.args.protocol == "tofu20" else "tofu",
             "split": self.splits[role],
             "lora": LORA if variant == "lora" else None,
-            "lr": lr,
+            "lr": self.finetune_lr(variant),
             "epochs": self.args.finetune_epochs,
             "effective_batch": EFFECTIVE_BATCH,
             "micro_batch": MICRO_BATCH,
@@ -208,16 +203,16 @@ class Protocol:
                 max_length=MAX_LENGTH,
                 prompt_format="chat",
             )
-            steps_per_epoch = -(-len(data_records(source, config["split"])) // EFFECTIVE_BATCH)
             module = CausalLMFineTuning(
                 lm={"name_or_path": config["model"], "lora": config["lora"], "tiny": config["tiny"] or {}},
                 lr=config["lr"],
                 weight_decay=config["weight_decay"],
-                warmup_steps=steps_per_epoch,
+                warmup_steps=steps_per_epoch(source, config["split"]),  # one warm-up epoch
                 lr_schedule="linear",
                 generate=False,
             )
-            trainer = self.trainer(directory, name, config["epochs"], every=5)
+            # no clipping: the benchmark's first fine-tunes ran without it (the HF Trainer's default clips at 1)
+            trainer = self.trainer(directory, name, config["epochs"], every=5, clip=None)
             began = time.perf_counter()
             trainer.fit(module, data)
             seconds = time.perf_counter() - began
@@ -238,12 +233,12 @@ class Protocol:
             "model": self.cache.record(model_stage)["config_digest"],
             "reference": self.cache.record(reference_stage)["config_digest"] if reference_stage else None,
             "version": EVAL_VERSION,
-            "max_new_tokens": 200,
+            "max_new_tokens": TOFU_MAX_NEW_TOKENS,
             "rouge": "rouge-score rougeL recall, Porter stemming",
             "correct_rouge_recall": CORRECT_ROUGE_RECALL,
             "prompt_format": "chat",
             "max_length": MAX_LENGTH,
-            "batch_size": 16,
+            "batch_size": EVAL_BATCH,
             "max_samples": self.args.eval_samples,
             "splits": self.eval_splits(),
         }
@@ -262,8 +257,8 @@ class Protocol:
             **self.eval_splits(),
             reference=str(reference) if reference else None,
             output=str(directory / "unlearning_eval.json"),
-            batch_size=16,
-            max_new_tokens=200,
+            batch_size=EVAL_BATCH,
+            max_new_tokens=TOFU_MAX_NEW_TOKENS,
             max_samples=self.args.eval_samples,
         )
         data = QADataModule(
@@ -338,7 +333,7 @@ class Protocol:
             "epochs": self.args.unlearn_epochs or EPOCHS.get(method, UNLEARN_EPOCHS),
             "effective_batch": EFFECTIVE_BATCH,
             "micro_batch": MICRO_BATCH,
-            "gradient_clip": 1.0,
+            "gradient_clip": UNLEARN_CLIP,
             "seed": seed,
         }
 
@@ -355,8 +350,8 @@ class Protocol:
             L.seed_everything(seed, workers=True, verbose=False)
             data = self.forget_retain_data(source)
             chosen = {**setting, "layer": config["layer"]} if method == "LUNAR" else setting
-            module = build_method(method, target, chosen, variant, len(data_records(source, self.splits["forget"])))
-            trainer = self.trainer(directory, name, config["epochs"], every=2)
+            module = build_method(method, target, chosen, variant, steps_per_epoch(source, self.splits["forget"]))
+            trainer = self.trainer(directory, name, config["epochs"], every=2, clip=config["gradient_clip"])
             began = time.perf_counter()
             trainer.fit(module, data)
             fit_seconds = time.perf_counter() - began
@@ -386,26 +381,26 @@ class Progress(L.Callback):
 
 def memorisation_probe(module: CausalLMFineTuning, source: Path, split: str) -> float:
     """Mean ROUGE-L recall of greedy answers (up to 200 tokens) on ``split``: the gate, known before evaluation."""
-    records = [json.loads(line) for line in data_records(source, split)]
+    records = list(load_qa_split(str(source), split))
     samples = encode_pairs(
         module.tokenizer, [r["question"] for r in records], [r["answer"] for r in records], "chat", MAX_LENGTH
     )
-    answers = greedy_answers(module.model, module.tokenizer, samples, batch_size=16, max_new_tokens=200)
+    answers = greedy_answers(module.model, module.tokenizer, samples, EVAL_BATCH, TOFU_MAX_NEW_TOKENS)
     return statistics.fmean(rouge_l_recall(a, r["answer"]) for a, r in zip(answers, records, strict=True))
 
 
-def data_records(source: Path, split: str) -> list[str]:
-    """The lines of a split file (one record each)."""
-    return (source / f"{split}.json").read_text(encoding="utf-8").splitlines()
+def steps_per_epoch(source: Path, split: str) -> int:
+    """Optimiser steps of one epoch over ``split`` at the effective batch (the last one may be partial)."""
+    return -(-len(load_qa_split(str(source), split)) // EFFECTIVE_BATCH)
 
 
-def build_method(method: str, target: Path, setting: Mapping[str, Any], variant: str, forget_size: int) -> Any:
-    """The unlearning module of ``method`` on the target checkpoint with one swept ``setting``."""
+def build_method(method: str, target: Path, setting: Mapping[str, Any], variant: str, epoch_steps: int) -> Any:
+    """The unlearning module of ``method`` on the target checkpoint with one swept ``setting``; the methods on
+    TOFU's schedule warm up for one epoch (``epoch_steps`` optimiser steps)."""
     lm = {"name_or_path": str(target), "lora": LORA if variant == "lora" and method in ADAPTS_WITH_LORA else None}
     kwargs: dict[str, Any] = dict(setting)
     if method not in OWN_SCHEDULE:
-        steps_per_epoch = -(-forget_size // EFFECTIVE_BATCH)
-        kwargs |= {**TOFU_SCHEDULE, "warmup_steps": steps_per_epoch}
+        kwargs |= {**TOFU_SCHEDULE, "warmup_steps": epoch_steps}
     return METHODS[method](lm=lm, generate=False, **kwargs)
 
 
@@ -431,12 +426,7 @@ def fmt(value: float | None, digits: int = 3) -> str:
 
 
 def mean_std_of(runs: list[dict], key: str) -> str:
-    values = [r[key] for r in runs if r.get(key) is not None]
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return fmt(values[0])
-    return f"{fmt(statistics.fmean(values))} ± {fmt(statistics.stdev(values))}"
+    return mean_std([r[key] for r in runs if r.get(key) is not None], number=fmt)
 
 
 COLUMNS = {
@@ -450,42 +440,35 @@ COLUMNS = {
 }
 
 
-def run_protocol(protocol: Protocol, variants: list[str], methods: list[str], phase: str) -> dict[str, Any]:
-    """Run every missing stage up to ``phase``; return what is cached (the rest: None)."""
+def run_protocol(protocol: Protocol, variants: list[str], methods: list[str], phase: str) -> None:
+    """Run every stage up to ``phase`` that is not cached yet (the selection of the seeds phase is
+    :func:`cached_state`'s, the same one the report shows)."""
     stop = PHASES.index(phase)
-    state: dict[str, Any] = {"finetune": {}, "eval": {}, "sweep": {}, "seeds": {}, "chosen": {}}
-    protocol.data()
-    for variant in variants:
-        for role in ("target", "retain"):
-            protocol.finetune(role, variant)
-            state["finetune"][role, variant] = protocol.cache.record(f"finetune/{protocol.model(role, variant)}")
+    for variant, role in itertools.product(variants, ("target", "retain")):
+        protocol.finetune(role, variant)
     if stop < PHASES.index("evaluate"):
-        return state
-    for variant in variants:
-        for role in ("retain", "target"):
-            state["eval"][role, variant] = protocol.evaluate_model(role, variant)
+        return
+    for variant, role in itertools.product(variants, ("retain", "target")):
+        protocol.evaluate_model(role, variant)
     if stop < PHASES.index("sweep"):
-        return state
-    failed = [v for v in variants if state["eval"]["target", v]["forget_rougeL"] < MEMORISATION_GATE]
+        return
+    failed = [v for v in variants if protocol.evaluate_model("target", v)["forget_rougeL"] < MEMORISATION_GATE]
     if failed and not protocol.args.ignore_gate:
         print(
             f"the target ({', '.join(failed)}) failed the memorisation gate (forget ROUGE-L recall < "
             f"{MEMORISATION_GATE}): no unlearning runs; raise --finetune-lr / --finetune-epochs, or --ignore-gate",
             flush=True,
         )
-        return state
+        return
     for variant, method in itertools.product(variants, methods):
-        sweep = {setting_name(s): protocol.unlearn(variant, method, s, SWEEP_SEED) for s in SWEEPS[method]}
-        state["sweep"][variant, method] = sweep
+        for setting in SWEEPS[method]:
+            protocol.unlearn(variant, method, setting, SWEEP_SEED)
     if stop < PHASES.index("seeds"):
-        return state
-    for variant, method in itertools.product(variants, methods):
-        target_mu = state["eval"]["target", variant]["model_utility"]
-        chosen, matched = select(state["sweep"][variant, method], target_mu)
+        return
+    for (variant, method), (chosen, _) in cached_state(protocol, variants, methods)["chosen"].items():
         setting = next(s for s in SWEEPS[method] if setting_name(s) == chosen)
-        state["chosen"][variant, method] = (chosen, matched)
-        state["seeds"][variant, method] = [protocol.unlearn(variant, method, setting, seed) for seed in TEST_SEEDS]
-    return state
+        for seed in TEST_SEEDS:
+            protocol.unlearn(variant, method, setting, seed)
 
 
 def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) -> dict[str, Any]:
@@ -509,9 +492,9 @@ def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) ->
             for s in SWEEPS[method]
             if (r := stored(f"unlearn/{variant}/{method}/{setting_name(s)}/seed{SWEEP_SEED}"))
         }
-        if method == "LUNAR" and (search := stored(f"lunar-layer/{variant}")):
-            # LUNAR's cost includes its one layer search (shared by all its runs on this target)
-            sweep = {k: {**r, "fit_seconds": r["fit_seconds"] + search["seconds"]} for k, r in sweep.items()}
+        # LUNAR's cost includes its one layer search (shared by all its runs on this target)
+        search_seconds = (stored(f"lunar-layer/{variant}") or {}).get("seconds", 0.0) if method == "LUNAR" else 0.0
+        sweep = {k: {**r, "fit_seconds": r["fit_seconds"] + search_seconds} for k, r in sweep.items()}
         if sweep:
             state["sweep"][variant, method] = sweep
         target = state["eval"].get(("target", variant))
@@ -519,9 +502,7 @@ def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) ->
             chosen, matched = select(sweep, target["model_utility"])
             state["chosen"][variant, method] = (chosen, matched)
             seeds = [r for k in TEST_SEEDS if (r := stored(f"unlearn/{variant}/{method}/{chosen}/seed{k}"))]
-            if method == "LUNAR" and (search := stored(f"lunar-layer/{variant}")):
-                seeds = [{**r, "fit_seconds": r["fit_seconds"] + search["seconds"]} for r in seeds]
-            state["seeds"][variant, method] = seeds
+            state["seeds"][variant, method] = [{**r, "fit_seconds": r["fit_seconds"] + search_seconds} for r in seeds]
     return state
 
 
@@ -586,9 +567,9 @@ linear decay for the methods that train the model (LUNAR and Attention-Shifting 
 swept over {list(LRS)} (SimNPO also beta in {{2.5, 3.5, 4.5}}, gamma in {{0, 1}}; LUNAR and Attention-Shifting around
 their released lr) on seed {SWEEP_SEED}; the chosen setting (Model Utility >= {MATCHED_UTILITY} x the target's, then
 the highest Forget Quality on seed {SWEEP_SEED}) is rerun on seeds {", ".join(map(str, TEST_SEEDS))}, which report the
-mean ± std. Evaluation: `UnlearningEvaluation`, greedy answers of up to 200 new tokens, ROUGE-L recall with Porter
-stemming (`rouge-score`), Forget Quality = KS-test p-value of the forget truth ratios against the retain model's
-(sample sizes next to it); refusal = an answer matching TOFU's refusal phrasings; non-answer = a wholly
+mean ± std. Evaluation: `UnlearningEvaluation`, greedy answers of up to {TOFU_MAX_NEW_TOKENS} new tokens, ROUGE-L
+recall with Porter stemming (`rouge-score`), Forget Quality = KS-test p-value of the forget truth ratios against the
+retain model's (sample sizes next to it); refusal = an answer matching TOFU's refusal phrasings; non-answer = a wholly
 contentless answer ("Nobody knows.", empty); fabrication = none of these and not correct (ROUGE-L recall < 0.5):
 a hallucinated fact."""
 
@@ -649,14 +630,13 @@ def render_methods(state: dict[str, Any], variants: list[str], methods: list[str
         if not sweep:
             continue
         chosen = state["chosen"].get((variant, method))
-        seeds = state["seeds"].get((variant, method), [])
-        runs = seeds if seeds else []
+        runs = state["seeds"].get((variant, method), [])
         label = chosen[0] + ("" if chosen[1] else " (MU not matched)") if chosen else f"sweep {len(sweep)} done"
         rows.append(
             [
                 f"{method} ({variant})",
                 label,
-                f"{len(seeds)}",
+                f"{len(runs)}",
                 *(mean_std_of(runs, key) for key in COLUMNS),
                 mean_std_of(runs, "fit_seconds"),
             ]
@@ -672,7 +652,22 @@ def render_methods(state: dict[str, Any], variants: list[str], methods: list[str
         "### Methods at matched utility\n\n"
         + note
         + table(["method", "chosen setting", "seeds", *COLUMNS.values(), "fit (s)"], rows)
+        + lunar_wall_time(state, variants)
     )
+
+
+def lunar_wall_time(state: dict[str, Any], variants: list[str]) -> str:
+    """LUNAR's fit time (its layer search included) against SimNPO's at their chosen settings (target <= 0.2x)."""
+    lines = []
+    for variant in variants:
+        lunar, simnpo = state["seeds"].get((variant, "LUNAR")), state["seeds"].get((variant, "SimNPO"))
+        if lunar and simnpo:
+            ratio = statistics.fmean(r["fit_seconds"] for r in lunar) / statistics.fmean(
+                r["fit_seconds"] for r in simnpo
+            )
+            verdict = "met" if ratio <= 0.2 else "missed"
+            lines.append(f"\n\n**LUNAR wall time ({variant})**: {ratio:.2f}x SimNPO's (target <= 0.2x, {verdict}).")
+    return "".join(lines)
 
 
 def render_pending(state: dict[str, Any], variants: list[str], methods: list[str]) -> str:
@@ -684,8 +679,8 @@ def render_pending(state: dict[str, Any], variants: list[str], methods: list[str
         done = len(state["sweep"].get((variant, method), {}))
         if done < len(SWEEPS[method]):
             missing.append(f"{method} ({variant}) sweep {done}/{len(SWEEPS[method])}")
-        elif len(state["seeds"].get((variant, method), [])) < len(TEST_SEEDS):
-            missing.append(f"{method} ({variant}) seeds {len(state['seeds'].get((variant, method), []))}/3")
+        elif (seeds := len(state["seeds"].get((variant, method), []))) < len(TEST_SEEDS):
+            missing.append(f"{method} ({variant}) seeds {seeds}/{len(TEST_SEEDS)}")
     if not missing:
         return ""
     return "### Not yet run\n\nThese stages are not cached yet (the run resumes them): " + "; ".join(missing) + "."
