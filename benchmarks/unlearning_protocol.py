@@ -1,7 +1,10 @@
 """The TOFU protocol on SmolLM2-135M-Instruct: fine-tune, unlearn with every method, evaluate, select at matched MU.
 
 Stages (each cached by :class:`trustlit.stages.StageCache` under ``--workdir``, with its command, date,
-wall time and machine, so the benchmark completes across sessions and a killed run resumes):
+wall time and machine, so a killed run resumes). Each stage's record, and the evaluations' per-sample
+file, also go to ``--records`` (``benchmarks/results/unlearning/<protocol>``, committed): a new checkout
+knows every finished result and recomputes a fine-tune only when a stage still to run needs its weights,
+so the benchmark completes across sessions that share nothing but the repository.
 
 1. ``data``: the TOFU subset (``tofu20``, the CPU default) or TOFU itself (``full``, for a GPU).
 2. ``finetune/<role>-<variant>``: the target (all authors) and the retain model (retain authors only),
@@ -22,6 +25,7 @@ whatever is cached and lists what is still to run.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import statistics
 import time
@@ -71,6 +75,8 @@ SWEEP_SEED, TEST_SEEDS = 0, (1, 2, 3)
 # Raise when the evaluation code changes what it reports (every eval and unlearn stage is then recomputed).
 # 1: stemmed ROUGE-L, 200 new tokens, refusal / non-answer / fabrication, FQ sample sizes.
 EVAL_VERSION = 1
+EVAL_FILE = "unlearning_eval.json"
+PRECISIONS = ("bf16-mixed", "32-true")
 LRS = (1e-5, 3e-5, 1e-4)
 
 
@@ -134,7 +140,7 @@ class Protocol:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.cache = StageCache(args.workdir, command=args.command)
+        self.cache = StageCache(args.workdir, command=args.command, records=args.records)
         self.splits = protocol_splits(args.protocol)
 
     def trainer(self, directory: Path, name: str, epochs: int, every: int, clip: float | None) -> L.Trainer:
@@ -146,7 +152,14 @@ class Protocol:
             max_epochs=epochs,
             accumulate_grad_batches=EFFECTIVE_BATCH // MICRO_BATCH,
             gradient_clip_val=clip,
+            precision=self.args.precision,
         )
+
+    def autocast(self) -> Any:
+        """bf16 autocast for what runs outside a training step (generation and scoring in the evaluation),
+        matching ``--precision``; TOFU fine-tunes and evaluates in bf16 too."""
+        device = "cuda" if torch.cuda.is_available() and self.args.accelerator != "cpu" else "cpu"
+        return torch.autocast(device, dtype=torch.bfloat16, enabled=self.args.precision == "bf16-mixed")
 
     def finetune_lr(self, variant: str) -> float:
         return self.args.finetune_lr if variant == "full" else self.args.finetune_lr_lora
@@ -158,7 +171,8 @@ class Protocol:
 
     # data
     def data(self) -> Path:
-        config = {"protocol": self.args.protocol, "tofu": str(self.args.tofu)}
+        # TOFU by content, not by path: the committed records stay valid in a checkout elsewhere
+        config = {"protocol": self.args.protocol, "tofu": files_digest(self.args.tofu)}
         if self.args.protocol == "full":
             return self.args.tofu
 
@@ -166,7 +180,7 @@ class Protocol:
             subset = write_tofu_subset(self.args.tofu, directory / "tofu", self.splits["forget"], 18)
             return {"forget_authors": subset.forget_authors, "retain_authors": subset.retain_authors, **subset.counts}
 
-        self.cache.run("data", config, build)
+        self.cache.run("data", config, build, files=True)
         return self.cache.path("data") / "tofu"
 
     # fine-tuning
@@ -186,9 +200,12 @@ class Protocol:
             "max_length": MAX_LENGTH,
             "seed": 0,
             "tiny": self.args.tiny,
+            "precision": self.args.precision,
         }
 
-    def finetune(self, role: str, variant: str) -> Path:
+    def finetune(self, role: str, variant: str, files: bool = False) -> Path:
+        """The fine-tuned checkpoint of ``role``; ``files``: make sure this checkout has it (a new checkout has
+        only the committed record, and fine-tunes again, on the same seed and configuration)."""
         name = f"finetune/{self.model(role, variant)}"
         source = self.data()
         config = self.finetune_config(role, variant)
@@ -217,14 +234,12 @@ class Protocol:
             trainer.fit(module, data)
             seconds = time.perf_counter() - began
             trainer.save_checkpoint(directory / "model.ckpt", weights_only=True)
-            return {
-                "train_seconds": seconds,
-                "optimizer_steps": trainer.global_step,
-                "forget_rougeL_probe": memorisation_probe(module, source, self.splits["forget"]),
-            }
+            with self.autocast():
+                probe = memorisation_probe(module, source, self.splits["forget"])
+            return {"train_seconds": seconds, "optimizer_steps": trainer.global_step, "forget_rougeL_probe": probe}
 
-        self.progress(name, config)
-        self.cache.run(name, config, train)
+        self.progress(name, config, files)
+        self.cache.run(name, config, train, files=files)
         return self.cache.path(name) / "model.ckpt"
 
     # evaluation
@@ -240,6 +255,7 @@ class Protocol:
             "max_length": MAX_LENGTH,
             "batch_size": EVAL_BATCH,
             "max_samples": self.args.eval_samples,
+            "precision": self.args.precision,
             "splits": self.eval_splits(),
         }
 
@@ -256,7 +272,7 @@ class Protocol:
         callback = UnlearningEvaluation(
             **self.eval_splits(),
             reference=str(reference) if reference else None,
-            output=str(directory / "unlearning_eval.json"),
+            output=str(directory / EVAL_FILE),
             batch_size=EVAL_BATCH,
             max_new_tokens=TOFU_MAX_NEW_TOKENS,
             max_samples=self.args.eval_samples,
@@ -271,7 +287,8 @@ class Protocol:
         )
         began = time.perf_counter()
         tester = bare_trainer([callback], root=directory, accelerator=self.args.accelerator, limit_test_batches=1)
-        tester.test(module, data, verbose=False)
+        with self.autocast():
+            tester.test(module, data, verbose=False)
         return {**callback.results, "eval_seconds": time.perf_counter() - began}
 
     def evaluate_model(self, role: str, variant: str) -> dict:
@@ -279,27 +296,33 @@ class Protocol:
         reference_stage = None if role == "retain" else f"eval/{self.model('retain', variant)}"
         name = f"eval/{self.model(role, variant)}"
         config = self.evaluate_config(model_stage, reference_stage)
-        checkpoint = self.cache.path(model_stage) / "model.ckpt"
-        reference = self.cache.path(reference_stage) / "unlearning_eval.json" if reference_stage else None
+        reference = self.cache.file(reference_stage, EVAL_FILE) if reference_stage else None
+        if not self.cache.done(name, config):
+            self.finetune(role, variant, files=True)
 
         def run(directory: Path) -> dict:
+            checkpoint = self.cache.path(model_stage) / "model.ckpt"
             module = CausalLMFineTuning(lm={"name_or_path": str(checkpoint)}, generate=False)
             return self.evaluation(module, directory, reference)
 
         self.progress(name, config)
-        return self.cache.run(name, config, run)
+        return self.cache.run(name, config, run, keep=(EVAL_FILE,))
 
     # LUNAR's layer: the paper's search, once per target (every LUNAR run then redirects that block)
     def lunar_layer(self, variant: str) -> int:
         name = f"lunar-layer/{variant}"
         target = self.cache.path(f"finetune/{self.model('target', variant)}") / "model.ckpt"
         target_record = self.cache.record(f"finetune/{self.model('target', variant)}")
-        config = {"target": target_record["config_digest"], "search_samples": 16}
+        config = {"target": target_record["config_digest"], "search_samples": 16, "precision": self.args.precision}
         source = self.data()
+        if not self.cache.done(name, config):
+            self.finetune("target", variant, files=True)
 
         def search(directory: Path) -> dict:
             module = LUNAR(lm={"name_or_path": str(target)}, layer="search", search_samples=16, generate=False)
-            searcher = bare_trainer(root=directory, accelerator=self.args.accelerator, max_steps=0)
+            searcher = bare_trainer(
+                root=directory, accelerator=self.args.accelerator, max_steps=0, precision=self.args.precision
+            )
             searcher.fit(module, self.forget_retain_data(source))
             return module.layer_search
 
@@ -335,6 +358,7 @@ class Protocol:
             "micro_batch": MICRO_BATCH,
             "gradient_clip": UNLEARN_CLIP,
             "seed": seed,
+            "precision": self.args.precision,
         }
 
     def unlearn(self, variant: str, method: str, setting: Mapping[str, Any], seed: int) -> dict:
@@ -343,8 +367,10 @@ class Protocol:
         if method == "LUNAR":
             config["layer"] = self.lunar_layer(variant)
         target = self.cache.path(f"finetune/{self.model('target', variant)}") / "model.ckpt"
-        reference = self.cache.path(f"eval/{self.model('retain', variant)}") / "unlearning_eval.json"
+        reference = self.cache.file(f"eval/{self.model('retain', variant)}", EVAL_FILE)
         source = self.data()
+        if not self.cache.done(name, config):
+            self.finetune("target", variant, files=True)
 
         def run(directory: Path) -> dict:
             L.seed_everything(seed, workers=True, verbose=False)
@@ -358,10 +384,11 @@ class Protocol:
             return {**self.evaluation(module, directory, reference), "fit_seconds": fit_seconds}
 
         self.progress(name, config)
-        return self.cache.run(name, config, run)
+        return self.cache.run(name, config, run, keep=(EVAL_FILE,))
 
-    def progress(self, name: str, config: Mapping[str, Any]) -> None:
-        state = "cached" if self.cache.done(name, config) else "running"
+    def progress(self, name: str, config: Mapping[str, Any], files: bool = False) -> None:
+        cached = self.cache.done(name, config) and (not files or self.cache.has_files(name, config))
+        state = "cached" if cached else ("recomputing its files" if self.cache.done(name, config) else "running")
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {state}", flush=True)
 
 
@@ -387,6 +414,16 @@ def memorisation_probe(module: CausalLMFineTuning, source: Path, split: str) -> 
     )
     answers = greedy_answers(module.model, module.tokenizer, samples, EVAL_BATCH, TOFU_MAX_NEW_TOKENS)
     return statistics.fmean(rouge_l_recall(a, r["answer"]) for a, r in zip(answers, records, strict=True))
+
+
+def files_digest(directory: Path) -> str:
+    """A hash of the JSON files in ``directory`` (names and bytes)."""
+    if not directory.is_dir():
+        raise SystemExit(f"--tofu: {directory} is not a directory of TOFU's JSON files")
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.json*")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def steps_per_epoch(source: Path, split: str) -> int:
@@ -558,6 +595,7 @@ def header(args: argparse.Namespace) -> str:
 
 {scale}
 
+Precision: {args.precision} (TOFU trains and evaluates in bf16; autocast keeps fp32 master weights).
 Fine-tuning (TOFU's recipe): {args.finetune_epochs} epochs, effective batch {EFFECTIVE_BATCH} ({MICRO_BATCH} x
 {EFFECTIVE_BATCH // MICRO_BATCH} accumulated), AdamW weight decay 0.01, one warm-up epoch then linear decay, lr
 {args.finetune_lr} (full) / {args.finetune_lr_lora} (LoRA r=8 on q/k/v/o), chat template. Memorisation gate: the
@@ -617,9 +655,8 @@ def render_finetune(protocol: Protocol) -> str:
     ]
     return (
         "### Fine-tuned models\n\nEvery learning rate tried; the probe is the forget split's greedy ROUGE-L recall "
-        "measured at the end of the fine-tune (before the evaluation stage; the first attempt's, lr 3e-4, with the "
-        "unstemmed ROUGE-L of the code it ran with), the other columns the evaluation's. The gate reads the "
-        "evaluation's value where there is one, else the probe's.\n\n" + table(header_row, rows)
+        "measured at the end of the fine-tune (before the evaluation stage), the other columns the evaluation's. "
+        "The gate reads the evaluation's value where there is one, else the probe's.\n\n" + table(header_row, rows)
     )
 
 
@@ -712,6 +749,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unlearn-epochs", type=int, help="override every method's epochs (smoke runs)")
     parser.add_argument("--eval-samples", type=int, help="records per evaluation split (default all)")
     parser.add_argument("--tofu", type=Path, default=TOFU, help="directory of TOFU's JSON Lines files")
+    parser.add_argument("--precision", choices=PRECISIONS, default="bf16-mixed", help="default bf16-mixed, as TOFU")
+    parser.add_argument(
+        "--records", type=Path, help="committed stage records (default benchmarks/results/unlearning/<protocol>)"
+    )
 
 
 def finish_arguments(args: argparse.Namespace) -> None:
@@ -724,6 +765,8 @@ def finish_arguments(args: argparse.Namespace) -> None:
     default = REPO_ROOT / "runs" / "benchmarks" / "unlearning"
     if args.workdir == default:
         args.workdir = default / (args.protocol + ("-quick" if args.quick else ""))
+    if args.records is None and not args.quick:  # a quick run's records stay in its work directory
+        args.records = REPO_ROOT / "benchmarks" / "results" / "unlearning" / args.protocol
     for option in ("eval_samples", "unlearn_epochs", "finetune_epochs"):
         value = getattr(args, option)
         if value is not None and value < 1:

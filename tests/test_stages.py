@@ -69,3 +69,28 @@ def test_bad_names_and_configurations_are_errors(tmp_path):
         cache.path("../outside")
     with pytest.raises(ValueError, match="JSON-serialisable"):
         cache.run("stage", {"model": object()}, counting_stage([], 1))
+
+
+def test_committed_records_give_results_without_files_and_recompute_only_when_files_are_needed(tmp_path):
+    records, calls = tmp_path / "records", []
+    first = StageCache(tmp_path / "checkout1", records=records)
+    first.run("eval/retain", {"lr": 1}, counting_stage(calls, 1), keep=("artifact.txt",))
+    assert (records / "eval" / "retain" / RECORD_NAME).is_file()
+    assert first.file("eval/retain", "artifact.txt") == records / "eval" / "retain" / "artifact.txt"
+    fresh = StageCache(tmp_path / "checkout2", records=records)  # a new checkout: records only, no files
+    assert fresh.done("eval/retain", {"lr": 1}) and not fresh.has_files("eval/retain", {"lr": 1})
+    assert fresh.run("eval/retain", {"lr": 1}, counting_stage(calls, 2)) == {"value": 1}
+    assert calls == [1]
+    assert fresh.run("eval/retain", {"lr": 1}, counting_stage(calls, 3), files=True) == {"value": 1}
+    assert calls == [1, 3] and (fresh.path("eval/retain") / "artifact.txt").read_text() == "3"
+    record = fresh.record("eval/retain")
+    assert record["result"] == {"value": 1} and [r["result"] for r in record["recomputed"]] == [{"value": 3}]
+    assert fresh.run("eval/retain", {"lr": 1}, counting_stage(calls, 4), files=True) == {"value": 1}
+    assert calls == [1, 3]  # the files are there now
+
+
+def test_a_kept_file_that_was_not_written_is_an_error_and_commits_no_record(tmp_path):
+    cache = StageCache(tmp_path / "work", records=tmp_path / "records")
+    with pytest.raises(FileNotFoundError, match=r"'missing\.json'"):
+        cache.run("eval", {"a": 1}, counting_stage([], 1), keep=("missing.json",))
+    assert cache.record("eval") is None

@@ -11,6 +11,12 @@ A stage computes into a temporary sibling directory that replaces ``<root>/<name
 has finished (:func:`~trustlit.paths.atomic_directory`), so an interrupted stage leaves nothing that
 a later run could mistake for a result; what a killed run left there is removed when the stage runs
 again. One process at a time works on a cache.
+
+With ``records=``, each stage's record (and the small files named in ``keep``) is also written to
+``<records>/<name>/``, a directory meant to be committed: a new checkout then knows every finished
+stage's result without its large files (checkpoints). A stage whose files a later stage needs
+(``files=True``) but that a checkout lacks is computed again; its record keeps the first result and
+lists the new one under ``recomputed``, so that a reproduction that drifted shows.
 """
 
 from __future__ import annotations
@@ -68,11 +74,13 @@ class StageCache:
     Args:
         root: the directory that holds one subdirectory per stage (names may contain ``/``).
         command: the command recorded with each stage; default this process's command line.
+        records: where records (and kept files) also go, to be committed; None keeps them in ``root`` only.
     """
 
-    def __init__(self, root: Path | str, command: str | None = None) -> None:
+    def __init__(self, root: Path | str, command: str | None = None, records: Path | str | None = None) -> None:
         self.root = Path(root)
         self.command = command or shlex.join([sys.executable, *sys.argv])
+        self.records = Path(records) if records is not None else None
 
     def path(self, name: str) -> Path:
         """The directory of stage ``name`` (what its computation wrote lies here once it finished)."""
@@ -80,35 +88,55 @@ class StageCache:
             raise ValueError(f"stage name must be a relative path without '..', got {name!r}")
         return self.root / name
 
+    def record_directory(self, name: str) -> Path:
+        """Where the record of stage ``name`` is read from: ``records`` if set, else the stage's directory."""
+        directory = self.path(name)  # checks the name
+        return self.records / name if self.records is not None else directory
+
     def record(self, name: str) -> dict[str, Any] | None:
         """The stored record of stage ``name``, or None if it never finished."""
-        path = self.path(name) / RECORD_NAME
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        return _read_record(self.record_directory(name))
+
+    def file(self, name: str, filename: str) -> Path:
+        """A file stage ``name`` wrote: the kept copy beside its record if there is one, else in its directory."""
+        kept = self.record_directory(name) / filename
+        return kept if kept.is_file() else self.path(name) / filename
 
     def done(self, name: str, config: Mapping[str, Any]) -> bool:
         """Whether stage ``name`` finished with this configuration."""
-        record = self.record(name)
-        return record is not None and record["config_digest"] == config_digest(_checked(name, config))
+        return _matches(self.record(name), _checked(name, config))
 
-    def run(self, name: str, config: Mapping[str, Any], compute: Callable[[Path], Any]) -> Any:
+    def has_files(self, name: str, config: Mapping[str, Any]) -> bool:
+        """Whether this checkout holds the files stage ``name`` wrote with this configuration."""
+        return _matches(_read_record(self.path(name)), _checked(name, config))
+
+    def run(
+        self,
+        name: str,
+        config: Mapping[str, Any],
+        compute: Callable[[Path], Any],
+        *,
+        files: bool = False,
+        keep: tuple[str, ...] = (),
+    ) -> Any:
         """The result of stage ``name``: stored if it finished with ``config``, else ``compute(directory)``.
 
         ``compute`` writes its files into the directory it is given and returns a JSON-serialisable
         result; on success the directory becomes :meth:`path` (replacing an older configuration's).
+        ``files``: the caller needs those files, so a recorded stage whose files this checkout lacks is
+        computed again (and keeps its first result). ``keep``: files copied beside the committed record.
         """
         config = _checked(name, config)
-        if self.done(name, config):
-            return self.record(name)["result"]
+        recorded = self.record(name) if self.done(name, config) else None
+        if recorded is not None and (not files or self.has_files(name, config)):
+            return recorded["result"]
         final = self.path(name)
         for stale in final.parent.glob(f".{final.name}.*{TEMP_SUFFIX}"):  # what a killed run of this stage left
             shutil.rmtree(stale)
         with atomic_directory(final) as scratch:
             started, began = utc_date(), time.perf_counter()
             result = compute(scratch)
-            record = {
-                "name": name,
-                "config": config,
-                "config_digest": config_digest(config),
+            made = {
                 "result": result,
                 "command": self.command,
                 "started": started,
@@ -116,8 +144,32 @@ class StageCache:
                 "machine": machine(),
                 "versions": f"Python {platform.python_version()}, torch {torch.__version__}",
             }
+            if recorded is None:
+                record = {"name": name, "config": config, "config_digest": config_digest(config), **made}
+            else:
+                record = {**recorded, "recomputed": [*recorded.get("recomputed", []), made]}
             write_json_atomic(scratch / RECORD_NAME, record)
-        return result
+            if self.records is not None:
+                self._commit(name, scratch, record, keep)
+        return record["result"]
+
+    def _commit(self, name: str, scratch: Path, record: dict[str, Any], keep: tuple[str, ...]) -> None:
+        directory = self.records / name
+        directory.mkdir(parents=True, exist_ok=True)
+        for filename in keep:
+            if not (scratch / filename).is_file():
+                raise FileNotFoundError(f"stage {name!r}: the file to keep, {filename!r}, was not written")
+            shutil.copyfile(scratch / filename, directory / filename)
+        write_json_atomic(directory / RECORD_NAME, record)  # last: a record means its kept files are there
+
+
+def _read_record(directory: Path) -> dict[str, Any] | None:
+    path = directory / RECORD_NAME
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _matches(record: dict[str, Any] | None, config: dict[str, Any]) -> bool:
+    return record is not None and record["config_digest"] == config_digest(config)
 
 
 def _checked(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
