@@ -76,6 +76,7 @@ SWEEP_SEED, TEST_SEEDS = 0, (1, 2, 3)
 # 1: stemmed ROUGE-L, 200 new tokens, refusal / non-answer / fabrication, FQ sample sizes.
 EVAL_VERSION = 1
 EVAL_FILE = "unlearning_eval.json"
+READING_FILE = "READING.md"
 PRECISIONS = ("bf16-mixed", "32-true")
 LRS = (1e-5, 3e-5, 1e-4)
 
@@ -578,7 +579,16 @@ def render(protocol: Protocol, state: dict[str, Any], variants: list[str], metho
     sections.append(render_methods(state, variants, methods))
     sections.append(scatter(state, variants, args.output.with_name(f"unlearning_{args.protocol}_fq_mu.png")))
     sections.append(render_pending(state, variants, methods))
+    sections.append(reading(args.records))
     return "\n\n".join(part for part in sections if part)
+
+
+def reading(records: Path | None) -> str:
+    """The hand-written reading kept beside the committed records (``READING.md``): it survives a rerender."""
+    path = records / READING_FILE if records is not None else None
+    if path is None or not path.is_file():
+        return ""
+    return f"### Reading (written by hand, kept in `{path.relative_to(REPO_ROOT)}`)\n\n{path.read_text().strip()}"
 
 
 def header(args: argparse.Namespace) -> str:
