@@ -143,6 +143,8 @@ class Protocol:
         self.args = args
         self.cache = StageCache(args.workdir, command=args.command, records=args.records)
         self.splits = protocol_splits(args.protocol)
+        # TOFU by content, not by path: the committed records stay valid in a checkout elsewhere
+        self.tofu_digest = files_digest(args.tofu)
 
     def trainer(self, directory: Path, name: str, epochs: int, every: int, clip: float | None) -> L.Trainer:
         """The Trainer of a fine-tuning or unlearning stage: effective batch 32, gradients clipped at ``clip``."""
@@ -172,8 +174,7 @@ class Protocol:
 
     # data
     def data(self) -> Path:
-        # TOFU by content, not by path: the committed records stay valid in a checkout elsewhere
-        config = {"protocol": self.args.protocol, "tofu": files_digest(self.args.tofu)}
+        config = {"protocol": self.args.protocol, "tofu": self.tofu_digest}
         if self.args.protocol == "full":
             return self.args.tofu
 
@@ -298,8 +299,7 @@ class Protocol:
         name = f"eval/{self.model(role, variant)}"
         config = self.evaluate_config(model_stage, reference_stage)
         reference = self.cache.file(reference_stage, EVAL_FILE) if reference_stage else None
-        if not self.cache.done(name, config):
-            self.finetune(role, variant, files=True)
+        self.weights_for(name, config, role, variant)
 
         def run(directory: Path) -> dict:
             checkpoint = self.cache.path(model_stage) / "model.ckpt"
@@ -316,8 +316,7 @@ class Protocol:
         target_record = self.cache.record(f"finetune/{self.model('target', variant)}")
         config = {"target": target_record["config_digest"], "search_samples": 16, "precision": self.args.precision}
         source = self.data()
-        if not self.cache.done(name, config):
-            self.finetune("target", variant, files=True)
+        self.weights_for(name, config, "target", variant)
 
         def search(directory: Path) -> dict:
             module = LUNAR(lm={"name_or_path": str(target)}, layer="search", search_samples=16, generate=False)
@@ -370,8 +369,7 @@ class Protocol:
         target = self.cache.path(f"finetune/{self.model('target', variant)}") / "model.ckpt"
         reference = self.cache.file(f"eval/{self.model('retain', variant)}", EVAL_FILE)
         source = self.data()
-        if not self.cache.done(name, config):
-            self.finetune("target", variant, files=True)
+        self.weights_for(name, config, "target", variant)
 
         def run(directory: Path) -> dict:
             L.seed_everything(seed, workers=True, verbose=False)
@@ -387,9 +385,16 @@ class Protocol:
         self.progress(name, config)
         return self.cache.run(name, config, run, keep=(EVAL_FILE,))
 
+    def weights_for(self, name: str, config: Mapping[str, Any], role: str, variant: str) -> None:
+        """Fine-tune ``role`` again in this checkout if stage ``name`` still has to run and lacks its weights."""
+        if not self.cache.done(name, config):
+            self.finetune(role, variant, files=True)
+
     def progress(self, name: str, config: Mapping[str, Any], files: bool = False) -> None:
-        cached = self.cache.done(name, config) and (not files or self.cache.has_files(name, config))
-        state = "cached" if cached else ("recomputing its files" if self.cache.done(name, config) else "running")
+        if not self.cache.done(name, config):
+            state = "running"
+        else:
+            state = "recomputing its files" if files and not self.cache.has_files(name, config) else "cached"
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {state}", flush=True)
 
 

@@ -85,6 +85,7 @@ def test_committed_records_give_results_without_files_and_recompute_only_when_fi
     assert calls == [1, 3] and (fresh.path("eval/retain") / "artifact.txt").read_text() == "3"
     record = fresh.record("eval/retain")
     assert record["result"] == {"value": 1} and [r["result"] for r in record["recomputed"]] == [{"value": 3}]
+    assert (records / "eval" / "retain" / "artifact.txt").read_text() == "1"  # the first result's kept file
     assert fresh.run("eval/retain", {"lr": 1}, counting_stage(calls, 4), files=True) == {"value": 1}
     assert calls == [1, 3]  # the files are there now
 

@@ -150,7 +150,8 @@ class StageCache:
                 record = {**recorded, "recomputed": [*recorded.get("recomputed", []), made]}
             write_json_atomic(scratch / RECORD_NAME, record)
             if self.records is not None:
-                self._commit(name, scratch, record, keep)
+                # a recomputation keeps the committed files: they belong to the first result
+                self._commit(name, scratch, record, keep if recorded is None else ())
         return record["result"]
 
     def _commit(self, name: str, scratch: Path, record: dict[str, Any], keep: tuple[str, ...]) -> None:
