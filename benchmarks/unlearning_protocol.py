@@ -18,8 +18,9 @@ so the benchmark completes across sessions that share nothing but the repository
    seed 0, then the setting chosen at matched utility (Model Utility >= 0.95 x the target's, highest
    Forget Quality on seed 0) on the test seeds 1, 2, 3.
 
-``--phase`` stops after a phase (``finetune``, ``evaluate``, ``sweep``, ``seeds``); the section renders
-whatever is cached and lists what is still to run.
+``--phase`` stops after a phase (``gate``: the untuned model's probes and the target's fine-tune only, while
+choosing the fine-tuning lr; ``finetune``, ``evaluate``, ``sweep``, ``seeds``); the section renders whatever is
+cached and lists what is still to run.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from trustlit.unlearning import (
     UnlearningEvaluation,
 )
 
-PHASES = ("finetune", "evaluate", "sweep", "seeds")
+PHASES = ("gate", "finetune", "evaluate", "sweep", "seeds")
 VARIANTS = ("full", "lora")
 LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 MAX_LENGTH = 256  # TOFU's longest answer is 94 SmolLM2 tokens: nothing is cut
@@ -168,9 +169,13 @@ class Protocol:
         return self.args.finetune_lr if variant == "full" else self.args.finetune_lr_lora
 
     def model(self, role: str, variant: str) -> str:
-        """``target-full-lr0.0003``: a fine-tuned model is named by its learning rate, so that the attempts at
-        the memorisation gate stay side by side in the cache (and in the report)."""
-        return f"{role}-{variant}-lr{self.finetune_lr(variant):g}"
+        """``target-full-lr0.0003`` (``-ep10`` when not TOFU's 5 epochs): a fine-tuned model is named by its
+        learning rate and epochs, so that the attempts at the memorisation gate stay side by side in the cache
+        (and in the report)."""
+        epochs = self.args.finetune_epochs
+        return f"{role}-{variant}-lr{self.finetune_lr(variant):g}" + (
+            "" if epochs == FINETUNE_EPOCHS else f"-ep{epochs}"
+        )
 
     # data
     def data(self) -> Path:
@@ -185,11 +190,37 @@ class Protocol:
         self.cache.run("data", config, build, files=True)
         return self.cache.path("data") / "tofu"
 
+    def data_id(self) -> str:
+        return self.cache.record("data")["config_digest"] if self.args.protocol == "tofu20" else "tofu"
+
+    # the untuned model: what every fine-tune starts from
+    def base(self) -> dict:
+        """The pretrained model's probes (forget and real_authors ROUGE-L), against which the fine-tunes'
+        memorisation and their loss of real-world knowledge read."""
+        source = self.data()
+        config = {
+            "model": self.args.model,
+            "data": self.data_id(),
+            "tiny": self.args.tiny,
+            "precision": self.args.precision,
+        }
+
+        def probe(directory: Path) -> dict:
+            L.seed_everything(0, workers=True, verbose=False)  # a --quick run's tiny model is initialised at random
+            module = CausalLMFineTuning(
+                lm={"name_or_path": config["model"], "tiny": config["tiny"] or {}}, generate=False
+            )
+            with self.autocast():
+                return answer_probes(module, source, self.splits["forget"])
+
+        self.progress("base", config)
+        return self.cache.run("base", config, probe)
+
     # fine-tuning
     def finetune_config(self, role: str, variant: str) -> dict[str, Any]:
         return {
             "model": self.args.model,
-            "data": self.cache.record("data")["config_digest"] if self.args.protocol == "tofu20" else "tofu",
+            "data": self.data_id(),
             "split": self.splits[role],
             "lora": LORA if variant == "lora" else None,
             "lr": self.finetune_lr(variant),
@@ -237,8 +268,8 @@ class Protocol:
             seconds = time.perf_counter() - began
             trainer.save_checkpoint(directory / "model.ckpt", weights_only=True)
             with self.autocast():
-                probe = memorisation_probe(module, source, self.splits["forget"])
-            return {"train_seconds": seconds, "optimizer_steps": trainer.global_step, "forget_rougeL_probe": probe}
+                probes = answer_probes(module, source, self.splits["forget"])
+            return {"train_seconds": seconds, "optimizer_steps": trainer.global_step, **probes}
 
         self.progress(name, config, files)
         self.cache.run(name, config, train, files=files)
@@ -412,8 +443,18 @@ class Progress(L.Callback):
             print(f"[{time.strftime('%H:%M:%S')}] {self.name}: step {step}/{total}", flush=True)
 
 
-def memorisation_probe(module: CausalLMFineTuning, source: Path, split: str) -> float:
-    """Mean ROUGE-L recall of greedy answers (up to 200 tokens) on ``split``: the gate, known before evaluation."""
+def answer_probes(module: CausalLMFineTuning, source: Path, forget_split: str) -> dict[str, float]:
+    """The fine-tune's two probes, known before the evaluation stage: the memorisation gate (forget ROUGE-L) and
+    what is left of the pretrained model's real-world knowledge (``real_authors`` ROUGE-L, the term that pins
+    Model Utility when the fine-tune overwrites it)."""
+    return {
+        f"{key}_rougeL_probe": rouge_probe(module, source, split)
+        for key, split in (("forget", forget_split), ("real_authors", "real_authors_perturbed"))
+    }
+
+
+def rouge_probe(module: CausalLMFineTuning, source: Path, split: str) -> float:
+    """Mean ROUGE-L recall of greedy answers (up to 200 tokens) on ``split``, as the evaluation computes it."""
     records = list(load_qa_split(str(source), split))
     samples = encode_pairs(
         module.tokenizer, [r["question"] for r in records], [r["answer"] for r in records], "chat", MAX_LENGTH
@@ -487,8 +528,13 @@ def run_protocol(protocol: Protocol, variants: list[str], methods: list[str], ph
     """Run every stage up to ``phase`` that is not cached yet (the selection of the seeds phase is
     :func:`cached_state`'s, the same one the report shows)."""
     stop = PHASES.index(phase)
-    for variant, role in itertools.product(variants, ("target", "retain")):
-        protocol.finetune(role, variant)
+    protocol.base()
+    for variant in variants:
+        protocol.finetune("target", variant)
+    if stop < PHASES.index("finetune"):
+        return
+    for variant in variants:
+        protocol.finetune("retain", variant)
     if stop < PHASES.index("evaluate"):
         return
     for variant, role in itertools.product(variants, ("retain", "target")):
@@ -628,51 +674,61 @@ a hallucinated fact."""
 
 
 def render_finetune(protocol: Protocol) -> str:
-    """Every fine-tuned model in the cache (each learning rate tried), with its evaluation where there is one."""
+    """The untuned model and every fine-tuned model in the cache (each learning rate tried), with its evaluation
+    where there is one."""
     directory = protocol.cache.root / "finetune"
     names = sorted(p.name for p in directory.iterdir() if not p.name.startswith(".")) if directory.is_dir() else []
     rows = []
+    if base := protocol.cache.record("base"):
+        rows.append(finetune_row("untuned", None, base["result"], {}, base["machine"]))
     for name in names:
-        record = protocol.cache.record(f"finetune/{name}")
-        if record is None:
-            continue
-        evaluation = protocol.cache.record(f"eval/{name}")
-        result = evaluation["result"] if evaluation else {}
-        probe = record["result"].get("forget_rougeL_probe")
-        rouge = result.get("forget_rougeL", probe)
-        gate = (
-            "-"
-            if not name.startswith("target") or rouge is None
-            else ("passed" if rouge >= MEMORISATION_GATE else "**failed**")
-        )
-        rows.append(
-            [
-                name,
-                f"{record['result']['train_seconds']:.0f}",
-                fmt(probe),
-                *(fmt(result.get(k)) for k in ("forget_rougeL", "forget_prob", "model_utility", "retain_rougeL")),
-                gate,
-                record["machine"],
-            ]
-        )
+        if record := protocol.cache.record(f"finetune/{name}"):
+            evaluation = protocol.cache.record(f"eval/{name}")
+            result = evaluation["result"] if evaluation else {}
+            rows.append(
+                finetune_row(name, record["result"]["train_seconds"], record["result"], result, record["machine"])
+            )
     if not rows:
         return ""
     header_row = [
         "model",
         "fine-tune (s)",
         "forget ROUGE-L (probe)",
+        "real_authors ROUGE-L (probe)",
         "forget ROUGE-L",
         "forget prob",
+        "real_authors ROUGE-L",
         "MU",
         "retain ROUGE-L",
         "gate",
         "machine",
     ]
     return (
-        "### Fine-tuned models\n\nEvery learning rate tried; the probe is the forget split's greedy ROUGE-L recall "
-        "measured at the end of the fine-tune (before the evaluation stage), the other columns the evaluation's. "
-        "The gate reads the evaluation's value where there is one, else the probe's.\n\n" + table(header_row, rows)
+        "### Fine-tuned models\n\nThe untuned model and every learning rate tried; the probes are greedy ROUGE-L "
+        "recall on the forget split and on `real_authors`, measured at the end of the fine-tune (before the "
+        "evaluation stage), the other columns the evaluation's. The gate reads the evaluation's forget ROUGE-L "
+        "where there is one, else the probe's.\n\n" + table(header_row, rows)
     )
+
+
+def finetune_row(name: str, seconds: float | None, probes: dict, evaluation: dict, machine: str) -> list[str]:
+    """One row of the fine-tune table: the model's probes, its evaluation (if any) and the gate (targets only)."""
+    rouge = evaluation.get("forget_rougeL", probes.get("forget_rougeL_probe"))
+    gate = (
+        "-"
+        if not name.startswith("target") or rouge is None
+        else ("passed" if rouge >= MEMORISATION_GATE else "**failed**")
+    )
+    evaluated = ("forget_rougeL", "forget_prob", "real_authors_rougeL", "model_utility", "retain_rougeL")
+    return [
+        name,
+        "-" if seconds is None else f"{seconds:.0f}",
+        fmt(probes.get("forget_rougeL_probe")),
+        fmt(probes.get("real_authors_rougeL_probe")),
+        *(fmt(evaluation.get(k)) for k in evaluated),
+        gate,
+        machine,
+    ]
 
 
 def render_methods(state: dict[str, Any], variants: list[str], methods: list[str]) -> str:
