@@ -814,7 +814,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", default="full", help="comma-separated from full,lora (default full)")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
     parser.add_argument("--model", default=SMOLLM2_NAME, help="the pretrained model (default smollm2-135m-instruct)")
-    parser.add_argument("--finetune-lr", type=float, default=1e-3, help="full fine-tuning lr (default 1e-3)")
+    parser.add_argument(
+        "--finetune-lr",
+        type=float,
+        default=5e-4,
+        help="full fine-tuning lr (default 5e-4: the lowest that passes the gate)",
+    )
     parser.add_argument("--finetune-lr-lora", type=float, default=1e-3, help="LoRA fine-tuning lr (default 1e-3)")
     parser.add_argument("--finetune-epochs", type=int, default=FINETUNE_EPOCHS)
     parser.add_argument("--unlearn-epochs", type=int, help="override every method's epochs (smoke runs)")
