@@ -628,6 +628,7 @@ def render(protocol: Protocol, state: dict[str, Any], variants: list[str], metho
     sections = [header(args)]
     sections.append(render_finetune(protocol))
     sections.append(render_methods(state, variants, methods))
+    sections.append(render_sweep(state))
     sections.append(scatter(state, variants, args.output.with_name(f"unlearning_{args.protocol}_fq_mu.png")))
     sections.append(render_pending(state, variants, methods))
     sections.append(reading(args.records))
@@ -761,6 +762,25 @@ def render_methods(state: dict[str, Any], variants: list[str], methods: list[str
         + note
         + table(["method", "chosen setting", "seeds", *COLUMNS.values(), "fit (s)"], rows)
         + lunar_wall_time(state, variants)
+    )
+
+
+def render_sweep(state: dict[str, Any]) -> str:
+    """Every swept setting's seed-0 metrics, and whether it reaches matched utility (the selection's input)."""
+    rows = []
+    for (variant, method), sweep in state["sweep"].items():
+        target = state["eval"].get(("target", variant))
+        threshold = MATCHED_UTILITY * target["model_utility"] if target else None
+        for setting, result in sweep.items():
+            eligible = "-" if threshold is None else ("yes" if result["model_utility"] >= threshold else "no")
+            metrics = [fmt(result.get(key)) for key in COLUMNS]
+            rows.append([f"{method} ({variant})", setting, *metrics, eligible, f"{result['fit_seconds']:.0f}"])
+    if not rows:
+        return ""
+    return (
+        f"### Sweep (seed {SWEEP_SEED})\n\nEvery setting run so far; eligible: Model Utility >= "
+        f"{MATCHED_UTILITY} x the target's.\n\n"
+        + table(["method", "setting", *COLUMNS.values(), "eligible", "fit (s)"], rows)
     )
 
 
