@@ -43,9 +43,8 @@ from trustlit.data import ForgetRetainDataModule, QADataModule, load_qa_split
 from trustlit.data.tofu_subsets import write_tofu_subset
 from trustlit.figures import new_figure, save_png
 from trustlit.llm.loading import SMOLLM2_NAME
-from trustlit.llm.scoring import encode_pairs, greedy_answers
-from trustlit.metrics.text import rouge_l_recall
-from trustlit.metrics.tofu import CORRECT_ROUGE_RECALL, TOFU_MAX_NEW_TOKENS
+from trustlit.llm.scoring import encode_pairs
+from trustlit.metrics.tofu import CORRECT_ROUGE_RECALL, TOFU_MAX_NEW_TOKENS, greedy_rouge
 from trustlit.stages import StageCache, config_digest
 from trustlit.unlearning import (
     LUNAR,
@@ -456,11 +455,10 @@ def answer_probes(module: CausalLMFineTuning, source: Path, forget_split: str) -
 def rouge_probe(module: CausalLMFineTuning, source: Path, split: str) -> float:
     """Mean ROUGE-L recall of greedy answers (up to 200 tokens) on ``split``, as the evaluation computes it."""
     records = list(load_qa_split(str(source), split))
-    samples = encode_pairs(
-        module.tokenizer, [r["question"] for r in records], [r["answer"] for r in records], "chat", MAX_LENGTH
-    )
-    answers = greedy_answers(module.model, module.tokenizer, samples, EVAL_BATCH, TOFU_MAX_NEW_TOKENS)
-    return statistics.fmean(rouge_l_recall(a, r["answer"]) for a, r in zip(answers, records, strict=True))
+    answers = [r["answer"] for r in records]
+    samples = encode_pairs(module.tokenizer, [r["question"] for r in records], answers, "chat", MAX_LENGTH)
+    _, rouge = greedy_rouge(module.model, module.tokenizer, samples, answers, EVAL_BATCH, TOFU_MAX_NEW_TOKENS)
+    return float(rouge.mean())
 
 
 def files_digest(directory: Path) -> str:
@@ -497,10 +495,15 @@ def select(sweep: Mapping[str, dict], target_utility: float) -> tuple[str, bool]
     Eligible: Model Utility >= 0.95 x the target's; among them the highest Forget Quality. With none
     eligible, the setting of highest Model Utility (flagged).
     """
-    eligible = {k: m for k, m in sweep.items() if m["model_utility"] >= MATCHED_UTILITY * target_utility}
+    eligible = {k: m for k, m in sweep.items() if matches_utility(m, target_utility)}
     if eligible:
         return max(eligible, key=lambda k: eligible[k]["forget_quality"]), True
     return max(sweep, key=lambda k: sweep[k]["model_utility"]), False
+
+
+def matches_utility(run: Mapping[str, Any], target_utility: float) -> bool:
+    """Whether a run keeps Model Utility >= 0.95 x the target's (eligible for selection)."""
+    return run["model_utility"] >= MATCHED_UTILITY * target_utility
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
@@ -681,14 +684,12 @@ def render_finetune(protocol: Protocol) -> str:
     names = sorted(p.name for p in directory.iterdir() if not p.name.startswith(".")) if directory.is_dir() else []
     rows = []
     if base := protocol.cache.record("base"):
-        rows.append(finetune_row("untuned", None, base["result"], {}, base["machine"]))
+        rows.append(finetune_row("untuned", base, {}))
     for name in names:
         if record := protocol.cache.record(f"finetune/{name}"):
             evaluation = protocol.cache.record(f"eval/{name}")
             result = evaluation["result"] if evaluation else {}
-            rows.append(
-                finetune_row(name, record["result"]["train_seconds"], record["result"], result, record["machine"])
-            )
+            rows.append(finetune_row(name, record, result))
     if not rows:
         return ""
     header_row = [
@@ -712,8 +713,10 @@ def render_finetune(protocol: Protocol) -> str:
     )
 
 
-def finetune_row(name: str, seconds: float | None, probes: dict, evaluation: dict, machine: str) -> list[str]:
-    """One row of the fine-tune table: the model's probes, its evaluation (if any) and the gate (targets only)."""
+def finetune_row(name: str, record: Mapping[str, Any], evaluation: Mapping[str, Any]) -> list[str]:
+    """One row of the fine-tune table from a fine-tune (or the ``base``) stage record: its probes, its evaluation
+    (if any) and the gate (targets only)."""
+    probes, seconds = record["result"], record["result"].get("train_seconds")
     rouge = evaluation.get("forget_rougeL", probes.get("forget_rougeL_probe"))
     gate = (
         "-"
@@ -728,7 +731,7 @@ def finetune_row(name: str, seconds: float | None, probes: dict, evaluation: dic
         fmt(probes.get("real_authors_rougeL_probe")),
         *(fmt(evaluation.get(k)) for k in evaluated),
         gate,
-        machine,
+        record["machine"],
     ]
 
 
@@ -770,9 +773,8 @@ def render_sweep(state: dict[str, Any]) -> str:
     rows = []
     for (variant, method), sweep in state["sweep"].items():
         target = state["eval"].get(("target", variant))
-        threshold = MATCHED_UTILITY * target["model_utility"] if target else None
         for setting, result in sweep.items():
-            eligible = "-" if threshold is None else ("yes" if result["model_utility"] >= threshold else "no")
+            eligible = "-" if target is None else ("yes" if matches_utility(result, target["model_utility"]) else "no")
             metrics = [fmt(result.get(key)) for key in COLUMNS]
             rows.append([f"{method} ({variant})", setting, *metrics, eligible, f"{result['fit_seconds']:.0f}"])
     if not rows:

@@ -212,9 +212,22 @@ def score_split(
     )
     perturbed_nll = torch.full((len(records), max(map(len, perturbed))), math.nan)
     perturbed_nll[tuple(torch.tensor(where).T)] = flat_nll
-    generated = greedy_answers(model, tokenizer, samples, batch_size, max_new_tokens)
-    rouge = torch.tensor([rouge_l_recall(g, a) for g, a in zip(generated, answers, strict=True)])
+    generated, rouge = greedy_rouge(model, tokenizer, samples, answers, batch_size, max_new_tokens)
     return SplitScores(answers, answer_nll, answer_tokens, paraphrased_nll, perturbed_nll, generated, rouge)
+
+
+def greedy_rouge(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    samples: Sequence[dict[str, Any]],
+    answers: Sequence[str],
+    batch_size: int = 8,
+    max_new_tokens: int = TOFU_MAX_NEW_TOKENS,
+) -> tuple[list[str], torch.Tensor]:
+    """Greedy answers to samples encoded by :func:`~trustlit.llm.scoring.encode_pairs` and their stemmed ROUGE-L
+    recall [N] against ``answers``."""
+    generated = greedy_answers(model, tokenizer, samples, batch_size, max_new_tokens)
+    return generated, torch.tensor([rouge_l_recall(g, a) for g, a in zip(generated, answers, strict=True)])
 
 
 def summarise_split(scores: SplitScores, role: SplitRole) -> dict[str, float]:
