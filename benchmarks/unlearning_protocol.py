@@ -61,7 +61,9 @@ from trustlit.unlearning import (
 
 PHASES = ("gate", "finetune", "evaluate", "sweep", "seeds")
 VARIANTS = ("full", "lora")
-LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+# TOFU's released LoRA (config/finetune_lora.yaml, forget_lora.yaml): r 8, alpha 32, dropout 0.05, on every linear
+# layer but the head (its find_all_linear_names; peft's "all-linear" excludes the head the same way).
+LORA = {"r": 8, "lora_alpha": 32, "lora_dropout": 0.05, "target_modules": "all-linear"}
 MAX_LENGTH = 256  # TOFU's longest answer is 94 SmolLM2 tokens: nothing is cut
 EFFECTIVE_BATCH = 32
 MICRO_BATCH = 8  # x 4 accumulated = 32; the forget/retain data modules give 8 forget + 8 retain per micro batch
@@ -663,18 +665,18 @@ def header(args: argparse.Namespace) -> str:
 Precision: {args.precision} (TOFU trains and evaluates in bf16; autocast keeps fp32 master weights).
 Fine-tuning (TOFU's recipe): {args.finetune_epochs} epochs, effective batch {EFFECTIVE_BATCH} ({MICRO_BATCH} x
 {EFFECTIVE_BATCH // MICRO_BATCH} accumulated), AdamW weight decay 0.01, one warm-up epoch then linear decay, lr
-{args.finetune_lr} (full) / {args.finetune_lr_lora} (LoRA r=8 on q/k/v/o), chat template. Memorisation gate: the
-target's forget ROUGE-L recall >= {MEMORISATION_GATE}. Unlearning: {UNLEARN_EPOCHS} epochs (LUNAR: its released 20),
-effective batch {EFFECTIVE_BATCH} ({MICRO_BATCH} forget + {MICRO_BATCH} retain per micro batch), one warm-up epoch then
-linear decay for the methods that train the model (LUNAR and Attention-Shifting keep their released optimisers), lr
-swept over {list(LRS)} (SimNPO also beta in {{2.5, 3.5, 4.5}}, gamma in {{0, 1}}; LUNAR and Attention-Shifting around
-their released lr) on seed {SWEEP_SEED}; the chosen setting (Model Utility >= {MATCHED_UTILITY} x the target's, then
-the highest Forget Quality on seed {SWEEP_SEED}) is rerun on seeds {", ".join(map(str, TEST_SEEDS))}, which report the
-mean ± std. Evaluation: `UnlearningEvaluation`, greedy answers of up to {TOFU_MAX_NEW_TOKENS} new tokens, ROUGE-L
-recall with Porter stemming (`rouge-score`), Forget Quality = KS-test p-value of the forget truth ratios against the
-retain model's (sample sizes next to it); refusal = an answer matching TOFU's refusal phrasings; non-answer = a wholly
-contentless answer ("Nobody knows.", empty); fabrication = none of these and not correct (ROUGE-L recall < 0.5):
-a hallucinated fact."""
+{args.finetune_lr} (full) / {args.finetune_lr_lora} (LoRA as TOFU's: {adapter(LORA)}, dropout {LORA["lora_dropout"]}),
+chat template. Memorisation gate: the target's forget ROUGE-L recall >= {MEMORISATION_GATE}. Unlearning:
+{UNLEARN_EPOCHS} epochs (LUNAR: its released 20), effective batch {EFFECTIVE_BATCH} ({MICRO_BATCH} forget +
+{MICRO_BATCH} retain per micro batch), one warm-up epoch then linear decay for the methods that train the model (LUNAR
+and Attention-Shifting keep their released optimisers), lr swept over {list(LRS)} (SimNPO also beta in {{2.5, 3.5,
+4.5}}, gamma in {{0, 1}}; LUNAR and Attention-Shifting around their released lr) on seed {SWEEP_SEED}; the chosen
+setting (Model Utility >= {MATCHED_UTILITY} x the target's, then the highest Forget Quality on seed {SWEEP_SEED}) is
+rerun on seeds {", ".join(map(str, TEST_SEEDS))}, which report the mean ± std. Evaluation: `UnlearningEvaluation`,
+greedy answers of up to {TOFU_MAX_NEW_TOKENS} new tokens, ROUGE-L recall with Porter stemming (`rouge-score`), Forget
+Quality = KS-test p-value of the forget truth ratios against the retain model's (sample sizes next to it); refusal =
+an answer matching TOFU's refusal phrasings; non-answer = a wholly contentless answer ("Nobody knows.", empty);
+fabrication = none of these and not correct (ROUGE-L recall < 0.5): a hallucinated fact."""
 
 
 def render_finetune(protocol: Protocol) -> str:
@@ -694,6 +696,7 @@ def render_finetune(protocol: Protocol) -> str:
         return ""
     header_row = [
         "model",
+        "trains",
         "fine-tune (s)",
         "forget ROUGE-L (probe)",
         "real_authors ROUGE-L (probe)",
@@ -726,6 +729,7 @@ def finetune_row(name: str, record: Mapping[str, Any], evaluation: Mapping[str, 
     evaluated = ("forget_rougeL", "forget_prob", "real_authors_rougeL", "model_utility", "retain_rougeL")
     return [
         name,
+        adapter(record["config"]["lora"]) if "lora" in record["config"] else "-",
         "-" if seconds is None else f"{seconds:.0f}",
         fmt(probes.get("forget_rougeL_probe")),
         fmt(probes.get("real_authors_rougeL_probe")),
@@ -733,6 +737,16 @@ def finetune_row(name: str, record: Mapping[str, Any], evaluation: Mapping[str, 
         gate,
         record["machine"],
     ]
+
+
+def adapter(lora: Mapping[str, Any] | None) -> str:
+    """What a fine-tune trains, from its stage configuration's ``lora``: every weight, or which LoRA adapters (the
+    record keeps its own, so an attempt under an earlier LoRA configuration still reads right)."""
+    if lora is None:
+        return "all weights"
+    modules = lora["target_modules"]
+    where = modules if isinstance(modules, str) else "/".join(m.removesuffix("_proj") for m in modules)
+    return f"LoRA r {lora['r']}, alpha {lora['lora_alpha']}, {where}"
 
 
 def render_methods(state: dict[str, Any], variants: list[str], methods: list[str]) -> str:
@@ -842,7 +856,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=5e-4,
         help="full fine-tuning lr (default 5e-4: the lowest that passes the gate)",
     )
-    parser.add_argument("--finetune-lr-lora", type=float, default=1e-3, help="LoRA fine-tuning lr (default 1e-3)")
+    parser.add_argument("--finetune-lr-lora", type=float, default=5e-3, help="LoRA fine-tuning lr (default 5e-3)")
     parser.add_argument("--finetune-epochs", type=int, default=FINETUNE_EPOCHS)
     parser.add_argument("--unlearn-epochs", type=int, help="override every method's epochs (smoke runs)")
     parser.add_argument("--eval-samples", type=int, help="records per evaluation split (default all)")
