@@ -44,7 +44,7 @@ from trustlit.data.tofu_subsets import write_tofu_subset
 from trustlit.figures import new_figure, save_png
 from trustlit.llm.loading import SMOLLM2_NAME
 from trustlit.llm.scoring import encode_pairs
-from trustlit.metrics.tofu import CORRECT_ROUGE_RECALL, TOFU_MAX_NEW_TOKENS, greedy_rouge
+from trustlit.metrics.tofu import CORRECT_ROUGE_RECALL, SUMMARY_KEYS, TOFU_MAX_NEW_TOKENS, greedy_rouge
 from trustlit.stages import StageCache, config_digest
 from trustlit.unlearning import (
     LUNAR,
@@ -528,6 +528,10 @@ COLUMNS = {
     "fabrication_rate": "fabrication",
 }
 
+# Model Utility's nine terms (UnlearningEvaluation: prob, ROUGE-L, truth ratio of each non-forget split)
+UTILITY_TERMS = [f"{split}_{key}" for split in ("retain", "real_authors", "world_facts") for key in SUMMARY_KEYS]
+SWEEP_TERMS = {"retain_rougeL": "retain ROUGE-L", "real_authors_rougeL": "real_authors ROUGE-L"}
+
 
 def run_protocol(protocol: Protocol, variants: list[str], methods: list[str], phase: str) -> None:
     """Run every stage up to ``phase`` that is not cached yet (the selection of the seeds phase is
@@ -783,21 +787,39 @@ def render_methods(state: dict[str, Any], variants: list[str], methods: list[str
 
 
 def render_sweep(state: dict[str, Any]) -> str:
-    """Every swept setting's seed-0 metrics, and whether it reaches matched utility (the selection's input)."""
-    rows = []
+    """Every swept setting's seed-0 metrics, and whether it reaches matched utility (the selection's input), with
+    the two Model Utility terms that unlearning moves most beside MU."""
+    rows, variants = [], []
     for (variant, method), sweep in state["sweep"].items():
         target = state["eval"].get(("target", variant))
+        variants += [] if target is None or variant in variants else [variant]
         for setting, result in sweep.items():
             eligible = "-" if target is None else ("yes" if matches_utility(result, target["model_utility"]) else "no")
-            metrics = [fmt(result.get(key)) for key in COLUMNS]
+            metrics = [fmt(result.get(key)) for key in (*COLUMNS, *SWEEP_TERMS)]
             rows.append([f"{method} ({variant})", setting, *metrics, eligible, f"{result['fit_seconds']:.0f}"])
     if not rows:
         return ""
+    margins = "".join(
+        f" A real_authors ROUGE-L below "
+        f"{term_at_threshold(target, 'real_authors_rougeL', MATCHED_UTILITY * target['model_utility']):.3f} alone "
+        f"(the {variant} target's is {target['real_authors_rougeL']:.3f}, its other eight terms kept) takes MU under "
+        "the threshold."
+        for variant in variants
+        for target in [state["eval"][("target", variant)]]
+    )
     return (
         f"### Sweep (seed {SWEEP_SEED})\n\nEvery setting run so far; eligible: Model Utility >= "
-        f"{MATCHED_UTILITY} x the target's.\n\n"
-        + table(["method", "setting", *COLUMNS.values(), "eligible", "fit (s)"], rows)
+        f"{MATCHED_UTILITY} x the target's. Retain and real_authors ROUGE-L are two of MU's nine terms (a harmonic "
+        f"mean, so its smallest terms weigh most).{margins}\n\n"
+        + table(["method", "setting", *COLUMNS.values(), *SWEEP_TERMS.values(), "eligible", "fit (s)"], rows)
     )
+
+
+def term_at_threshold(target: Mapping[str, float], term: str, threshold: float) -> float:
+    """The value of one Model Utility term that alone brings the target's MU down to ``threshold``, the other terms
+    x_k kept: MU = n / sum_k 1/x_k, so 1/v = n/threshold - sum_{k != term} 1/x_k."""
+    others = sum(1 / target[key] for key in UTILITY_TERMS if key != term)
+    return 1 / (len(UTILITY_TERMS) / threshold - others)
 
 
 def lunar_wall_time(state: dict[str, Any], variants: list[str]) -> str:

@@ -52,6 +52,7 @@ from trustlit.llm.scoring import encode_pairs, greedy_answers, pairs_nll, sample
 from trustlit.metrics.text import is_non_answer, is_refusal, rouge_l_recall
 
 SplitRole = Literal["forget", "retain", "general"]
+SUMMARY_KEYS = ("prob", "rougeL", "truth_ratio")  # a split's summary (summarise_split); MU is their hmean
 SPLIT_ROLES = ("forget", "retain", "general")
 CORRECT_ROUGE_RECALL = 0.5  # a greedy answer with at least this ROUGE-L recall counts as correct
 TOFU_MAX_NEW_TOKENS = 200  # open-unlearning's generation config; 32 cut about 60 % of the forget/retain answers
@@ -110,7 +111,7 @@ def harmonic_mean(values: Iterable[float]) -> float:
 
 def model_utility(summaries: Iterable[Mapping[str, float]]) -> float:
     """Harmonic mean of ``prob``, ``rougeL`` and ``truth_ratio`` of each non-forget split's summary."""
-    return harmonic_mean(s[key] for s in summaries for key in ("prob", "rougeL", "truth_ratio"))
+    return harmonic_mean(s[key] for s in summaries for key in SUMMARY_KEYS)
 
 
 def answer_rates(
