@@ -58,6 +58,7 @@ from trustlit.unlearning import (
     SimNPO,
     UnlearningEvaluation,
 )
+from trustlit.unlearning.evaluation import GENERAL_SPLITS
 
 PHASES = ("gate", "finetune", "evaluate", "sweep", "seeds")
 VARIANTS = ("full", "lora")
@@ -529,7 +530,7 @@ COLUMNS = {
 }
 
 # Model Utility's nine terms (UnlearningEvaluation: prob, ROUGE-L, truth ratio of each non-forget split)
-UTILITY_TERMS = [f"{split}_{key}" for split in ("retain", "real_authors", "world_facts") for key in SUMMARY_KEYS]
+UTILITY_TERMS = [f"{split}_{key}" for split in ("retain", *GENERAL_SPLITS) for key in SUMMARY_KEYS]
 SWEEP_TERMS = {"retain_rougeL": "retain ROUGE-L", "real_authors_rougeL": "real_authors ROUGE-L"}
 
 
@@ -789,29 +790,32 @@ def render_methods(state: dict[str, Any], variants: list[str], methods: list[str
 def render_sweep(state: dict[str, Any]) -> str:
     """Every swept setting's seed-0 metrics, and whether it reaches matched utility (the selection's input), with
     the two Model Utility terms that unlearning moves most beside MU."""
-    rows, variants = [], []
+    rows = []
     for (variant, method), sweep in state["sweep"].items():
         target = state["eval"].get(("target", variant))
-        variants += [] if target is None or variant in variants else [variant]
         for setting, result in sweep.items():
             eligible = "-" if target is None else ("yes" if matches_utility(result, target["model_utility"]) else "no")
             metrics = [fmt(result.get(key)) for key in (*COLUMNS, *SWEEP_TERMS)]
             rows.append([f"{method} ({variant})", setting, *metrics, eligible, f"{result['fit_seconds']:.0f}"])
     if not rows:
         return ""
-    margins = "".join(
-        f" A real_authors ROUGE-L below "
-        f"{term_at_threshold(target, 'real_authors_rougeL', MATCHED_UTILITY * target['model_utility']):.3f} alone "
-        f"(the {variant} target's is {target['real_authors_rougeL']:.3f}, its other eight terms kept) takes MU under "
-        "the threshold."
-        for variant in variants
-        for target in [state["eval"][("target", variant)]]
-    )
+    targets = {v: state["eval"][("target", v)] for v, _ in state["sweep"] if ("target", v) in state["eval"]}
     return (
         f"### Sweep (seed {SWEEP_SEED})\n\nEvery setting run so far; eligible: Model Utility >= "
         f"{MATCHED_UTILITY} x the target's. Retain and real_authors ROUGE-L are two of MU's nine terms (a harmonic "
-        f"mean, so its smallest terms weigh most).{margins}\n\n"
+        "mean, so its smallest terms weigh most)."
+        + "".join(utility_margin(variant, target) for variant, target in targets.items())
+        + "\n\n"
         + table(["method", "setting", *COLUMNS.values(), *SWEEP_TERMS.values(), "eligible", "fit (s)"], rows)
+    )
+
+
+def utility_margin(variant: str, target: Mapping[str, float]) -> str:
+    """How low real_authors ROUGE-L alone may fall before a run leaves matched utility, as a sentence."""
+    floor = term_at_threshold(target, "real_authors_rougeL", MATCHED_UTILITY * target["model_utility"])
+    return (
+        f" A real_authors ROUGE-L below {floor:.3f} alone (the {variant} target's is "
+        f"{target['real_authors_rougeL']:.3f}, its other eight terms kept) takes MU under the threshold."
     )
 
 
