@@ -495,12 +495,13 @@ def build_method(method: str, target: Path, setting: Mapping[str, Any], variant:
 def select(sweep: Mapping[str, dict], target_utility: float) -> tuple[str, bool]:
     """The chosen setting of a sweep (name -> seed-0 metrics) and whether it reached matched utility.
 
-    Eligible: Model Utility >= 0.95 x the target's; among them the highest Forget Quality. With none
-    eligible, the setting of highest Model Utility (flagged).
+    Eligible: Model Utility >= 0.95 x the target's; among them the highest Forget Quality, and of equal
+    Forget Quality the higher Model Utility (the KS p-value on a few dozen truth ratios takes few distinct
+    values, so ties are common). With none eligible, the setting of highest Model Utility (flagged).
     """
     eligible = {k: m for k, m in sweep.items() if matches_utility(m, target_utility)}
     if eligible:
-        return max(eligible, key=lambda k: eligible[k]["forget_quality"]), True
+        return max(eligible, key=lambda k: (eligible[k]["forget_quality"], eligible[k]["model_utility"])), True
     return max(sweep, key=lambda k: sweep[k]["model_utility"]), False
 
 
@@ -564,9 +565,12 @@ def run_protocol(protocol: Protocol, variants: list[str], methods: list[str], ph
             protocol.unlearn(variant, method, setting, SWEEP_SEED)
     if stop < PHASES.index("seeds"):
         return
-    for (variant, method), (chosen, _) in cached_state(protocol, variants, methods)["chosen"].items():
-        setting = next(s for s in SWEEPS[method] if setting_name(s) == chosen)
-        for seed in TEST_SEEDS:
+    chosen = {
+        (variant, method): next(s for s in SWEEPS[method] if setting_name(s) == name)
+        for (variant, method), (name, _) in cached_state(protocol, variants, methods)["chosen"].items()
+    }
+    for seed in TEST_SEEDS:  # seed by seed: a run cut short leaves every method at the same seeds
+        for (variant, method), setting in chosen.items():
             protocol.unlearn(variant, method, setting, seed)
 
 
@@ -676,12 +680,13 @@ chat template. Memorisation gate: the target's forget ROUGE-L recall >= {MEMORIS
 {MICRO_BATCH} retain per micro batch), one warm-up epoch then linear decay for the methods that train the model (LUNAR
 and Attention-Shifting keep their released optimisers), lr swept over {list(LRS)} (SimNPO also beta in {{2.5, 3.5,
 4.5}}, gamma in {{0, 1}}; LUNAR and Attention-Shifting around their released lr) on seed {SWEEP_SEED}; the chosen
-setting (Model Utility >= {MATCHED_UTILITY} x the target's, then the highest Forget Quality on seed {SWEEP_SEED}) is
-rerun on seeds {", ".join(map(str, TEST_SEEDS))}, which report the mean ± std. Evaluation: `UnlearningEvaluation`,
-greedy answers of up to {TOFU_MAX_NEW_TOKENS} new tokens, ROUGE-L recall with Porter stemming (`rouge-score`), Forget
-Quality = KS-test p-value of the forget truth ratios against the retain model's (sample sizes next to it); refusal =
-an answer matching TOFU's refusal phrasings; non-answer = a wholly contentless answer ("Nobody knows.", empty);
-fabrication = none of these and not correct (ROUGE-L recall < 0.5): a hallucinated fact."""
+setting (Model Utility >= {MATCHED_UTILITY} x the target's, then the highest Forget Quality on seed {SWEEP_SEED}, ties
+to the higher Model Utility) is rerun on seeds {", ".join(map(str, TEST_SEEDS))}, which report the mean ± std.
+Evaluation: `UnlearningEvaluation`, greedy answers of up to {TOFU_MAX_NEW_TOKENS} new tokens, ROUGE-L recall with
+Porter stemming (`rouge-score`), Forget Quality = KS-test p-value of the forget truth ratios against the retain
+model's (sample sizes next to it); refusal = an answer matching TOFU's refusal phrasings; non-answer = a wholly
+contentless answer ("Nobody knows.", empty); fabrication = none of these and not correct (ROUGE-L recall < 0.5): a
+hallucinated fact."""
 
 
 def render_finetune(protocol: Protocol) -> str:
