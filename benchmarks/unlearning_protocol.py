@@ -248,6 +248,7 @@ class Protocol:
         def train(directory: Path) -> dict:
             L.seed_everything(config["seed"], workers=True, verbose=False)
             data = QADataModule(
+                seed=config["seed"],
                 source=str(source),
                 train_split=config["split"],
                 eval_splits=[],
@@ -356,14 +357,17 @@ class Protocol:
             searcher = bare_trainer(
                 root=directory, accelerator=self.args.accelerator, max_steps=0, precision=self.args.precision
             )
-            searcher.fit(module, self.forget_retain_data(source))
+            searcher.fit(module, self.forget_retain_data(source, seed=0))
             return module.layer_search
 
         self.progress(name, config)
         return self.cache.run(name, config, search)["selected_layer"]
 
-    def forget_retain_data(self, source: Path) -> ForgetRetainDataModule:
+    def forget_retain_data(self, source: Path, seed: int) -> ForgetRetainDataModule:
+        """The unlearning batches; ``seed`` orders them (the models have no dropout, so without it a run's seed
+        would change nothing)."""
         return ForgetRetainDataModule(
+            seed=seed,
             source=str(source),
             forget_split=self.splits["forget"],
             retain_split=self.splits["retain"],
@@ -406,7 +410,7 @@ class Protocol:
 
         def run(directory: Path) -> dict:
             L.seed_everything(seed, workers=True, verbose=False)
-            data = self.forget_retain_data(source)
+            data = self.forget_retain_data(source, seed)
             chosen = {**setting, "layer": config["layer"]} if method == "LUNAR" else setting
             module = build_method(method, target, chosen, variant, steps_per_epoch(source, self.splits["forget"]))
             trainer = self.trainer(directory, name, config["epochs"], every=2, clip=config["gradient_clip"])
