@@ -275,7 +275,8 @@ class Protocol:
             return {"train_seconds": seconds, "optimizer_steps": trainer.global_step, **probes}
 
         self.progress(name, config, files)
-        self.cache.run(name, config, train, files=files)
+        # the probes fingerprint the weights: every later stage was computed from the recorded fine-tune
+        self.cache.run(name, config, train, files=files, reproduce=("forget_rougeL_probe", "real_authors_rougeL_probe"))
         return self.cache.path(name) / "model.ckpt"
 
     # evaluation

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trustlit.paths import TEMP_SUFFIX
-from trustlit.stages import RECORD_NAME, StageCache, config_digest
+from trustlit.stages import RECORD_NAME, StageCache, StageNotReproduced, config_digest
 
 
 def counting_stage(calls: list[int], value: int):
@@ -95,3 +95,25 @@ def test_a_kept_file_that_was_not_written_is_an_error_and_commits_no_record(tmp_
     with pytest.raises(FileNotFoundError, match=r"'missing\.json'"):
         cache.run("eval", {"a": 1}, counting_stage([], 1), keep=("missing.json",))
     assert cache.record("eval") is None
+
+
+def test_a_recomputation_that_does_not_reproduce_the_checked_keys_fails_and_keeps_the_first_files(tmp_path):
+    records, calls = tmp_path / "records", []
+    StageCache(tmp_path / "checkout1", records=records).run("finetune/target", {"lr": 1}, counting_stage(calls, 1))
+    fresh = StageCache(tmp_path / "checkout2", records=records)
+
+    def drifted(directory):
+        (directory / "artifact.txt").write_text("drifted")
+        return {"value": 1 + 1e-3}
+
+    with pytest.raises(StageNotReproduced, match=r"'finetune/target' recomputed on .* value = 1\.001, its record"):
+        fresh.run("finetune/target", {"lr": 1}, drifted, files=True, reproduce=("value",))
+    assert not fresh.path("finetune/target").exists() and "recomputed" not in fresh.record("finetune/target")
+
+    def reproduced(directory):
+        (directory / "artifact.txt").write_text("again")
+        return {"value": 1 + 1e-9}  # float32 and float64 renderings of one number differ by this much
+
+    assert fresh.run("finetune/target", {"lr": 1}, reproduced, files=True, reproduce=("value",)) == {"value": 1}
+    assert (fresh.path("finetune/target") / "artifact.txt").read_text() == "again"
+    assert [r["result"] for r in fresh.record("finetune/target")["recomputed"]] == [{"value": 1 + 1e-9}]

@@ -16,13 +16,16 @@ With ``records=``, each stage's record (and the small files named in ``keep``) i
 ``<records>/<name>/``, a directory meant to be committed: a new checkout then knows every finished
 stage's result without its large files (checkpoints). A stage whose files a later stage needs
 (``files=True``) but that a checkout lacks is computed again; its record keeps the first result and
-lists the new one under ``recomputed``, so that a reproduction that drifted shows.
+lists the new one under ``recomputed``, so that a reproduction that drifted shows; the result keys named in
+``reproduce`` must come out the same (to a relative 1e-6), or the stage fails and keeps its first files, since
+the later stages were computed from them (a bf16 fine-tune on another CPU, for one, need not give the same weights).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import shlex
@@ -118,6 +121,7 @@ class StageCache:
         *,
         files: bool = False,
         keep: tuple[str, ...] = (),
+        reproduce: tuple[str, ...] = (),
     ) -> Any:
         """The result of stage ``name``: stored if it finished with ``config``, else ``compute(directory)``.
 
@@ -125,6 +129,8 @@ class StageCache:
         result; on success the directory becomes :meth:`path` (replacing an older configuration's).
         ``files``: the caller needs those files, so a recorded stage whose files this checkout lacks is
         computed again (and keeps its first result). ``keep``: files copied beside the committed record.
+        ``reproduce``: keys of the result that such a recomputation must give again (to a relative 1e-6), else
+        :class:`StageNotReproduced` is raised and nothing is replaced.
         """
         config = _checked(name, config)
         recorded = self.record(name) if self.done(name, config) else None
@@ -136,6 +142,8 @@ class StageCache:
         with atomic_directory(final) as scratch:
             started, began = utc_date(), time.perf_counter()
             result = compute(scratch)
+            if recorded is not None:
+                check_reproduced(name, recorded, result, reproduce)
             made = {
                 "result": result,
                 "command": self.command,
@@ -162,6 +170,23 @@ class StageCache:
                 raise FileNotFoundError(f"stage {name!r}: the file to keep, {filename!r}, was not written")
             shutil.copyfile(scratch / filename, directory / filename)
         write_json_atomic(directory / RECORD_NAME, record)  # last: a record means its kept files are there
+
+
+class StageNotReproduced(RuntimeError):
+    """A recomputed stage whose result differs from its record: the stages after it used the recorded files."""
+
+
+def check_reproduced(name: str, recorded: Mapping[str, Any], result: Mapping[str, Any], keys: tuple[str, ...]) -> None:
+    """Raise :class:`StageNotReproduced` if ``result`` differs from the recorded result on one of ``keys``."""
+    for key in keys:
+        first, again = recorded["result"][key], result[key]
+        if not math.isclose(first, again, rel_tol=1e-6, abs_tol=1e-12):
+            raise StageNotReproduced(
+                f"stage {name!r} recomputed on {machine()} gives {key} = {again:.6g}, its record (made on "
+                f"{recorded['machine']}) {first:.6g}: the later stages were computed from the recorded files, so this "
+                "machine cannot extend this cache; run on the recorded kind of machine, or start a fresh work "
+                "directory and records folder"
+            )
 
 
 def _read_record(directory: Path) -> dict[str, Any] | None:
