@@ -4,7 +4,10 @@ Stages (each cached by :class:`trustlit.stages.StageCache` under ``--workdir``, 
 wall time and machine, so a killed run resumes). Each stage's record, and the evaluations' per-sample
 file, also go to ``--records`` (``benchmarks/results/unlearning/<protocol>``, committed): a new checkout
 knows every finished result and recomputes a fine-tune only when a stage still to run needs its weights,
-so the benchmark completes across sessions that share nothing but the repository.
+so the benchmark completes across sessions that share nothing but the repository. A recomputed fine-tune must
+give its recorded weights again (``weights_sha256``; a record older than the digest: its two probes), or the run
+stops: bf16 training is not reproducible across kinds of CPU, so a cache grows only on the kind of machine that
+made its fine-tunes (``machine`` in their records).
 
 1. ``data``: the TOFU subset (``tofu20``, the CPU default) or TOFU itself (``full``, for a GPU).
 2. ``finetune/<role>-<variant>``: the target (all authors) and the retain model (retain authors only),
@@ -45,7 +48,7 @@ from trustlit.figures import new_figure, save_png
 from trustlit.llm.loading import SMOLLM2_NAME
 from trustlit.llm.scoring import encode_pairs
 from trustlit.metrics.tofu import CORRECT_ROUGE_RECALL, SUMMARY_KEYS, TOFU_MAX_NEW_TOKENS, greedy_rouge
-from trustlit.stages import StageCache, config_digest
+from trustlit.stages import StageCache, config_digest, tensors_digest
 from trustlit.unlearning import (
     LUNAR,
     NPO,
@@ -80,6 +83,7 @@ SWEEP_SEED, TEST_SEEDS = 0, (1, 2, 3)
 EVAL_VERSION = 1
 EVAL_FILE = "unlearning_eval.json"
 READING_FILE = "READING.md"
+REPRODUCED = ("weights_sha256", "forget_rougeL_probe", "real_authors_rougeL_probe")  # of a recomputed fine-tune
 PRECISIONS = ("bf16-mixed", "32-true")
 LRS = (1e-5, 3e-5, 1e-4)
 
@@ -272,11 +276,13 @@ class Protocol:
             trainer.save_checkpoint(directory / "model.ckpt", weights_only=True)
             with self.autocast():
                 probes = answer_probes(module, source, self.splits["forget"])
+            probes["weights_sha256"] = tensors_digest(module.model.state_dict())
             return {"train_seconds": seconds, "optimizer_steps": trainer.global_step, **probes}
 
         self.progress(name, config, files)
-        # the probes fingerprint the weights: every later stage was computed from the recorded fine-tune
-        self.cache.run(name, config, train, files=files, reproduce=("forget_rougeL_probe", "real_authors_rougeL_probe"))
+        # every later stage was computed from the recorded weights: a recomputation must give them again (the
+        # digest; records older than it have the probes, which equal weights give and most changes move)
+        self.cache.run(name, config, train, files=files, reproduce=REPRODUCED)
         return self.cache.path(name) / "model.ckpt"
 
     # evaluation

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from trustlit.paths import TEMP_SUFFIX
-from trustlit.stages import RECORD_NAME, StageCache, StageNotReproduced, config_digest
+from trustlit.stages import RECORD_NAME, StageCache, StageNotReproduced, check_reproduced, config_digest, tensors_digest
 
 
 def counting_stage(calls: list[int], value: int):
@@ -117,3 +118,19 @@ def test_a_recomputation_that_does_not_reproduce_the_checked_keys_fails_and_keep
     assert fresh.run("finetune/target", {"lr": 1}, reproduced, files=True, reproduce=("value",)) == {"value": 1}
     assert (fresh.path("finetune/target") / "artifact.txt").read_text() == "again"
     assert [r["result"] for r in fresh.record("finetune/target")["recomputed"]] == [{"value": 1 + 1e-9}]
+
+
+def test_a_recomputation_is_checked_on_the_keys_its_record_has():
+    recorded = {"result": {"weights": "ab12", "probe": 0.5}, "machine": "AMD EPYC"}
+    check_reproduced("finetune/t", recorded, {"weights": "ab12", "probe": 0.5, "new": 1}, ("weights", "new"))
+    with pytest.raises(StageNotReproduced, match=r"weights = 'cd34', its record \(made on AMD EPYC\) 'ab12'"):
+        check_reproduced("finetune/t", recorded, {"weights": "cd34", "probe": 0.5}, ("probe", "weights"))
+
+
+def test_tensors_digest_sees_one_bit_and_names_but_not_order():
+    weights = {"a": torch.ones(3, dtype=torch.bfloat16), "b": torch.arange(4.0)}
+    assert tensors_digest(weights) == tensors_digest(dict(reversed(weights.items())))
+    flipped = {**weights, "a": torch.tensor([1.0, 1.0, 1.0078125], dtype=torch.bfloat16)}  # next bf16 after 1
+    assert tensors_digest(flipped) != tensors_digest(weights)
+    assert tensors_digest({"c": weights["a"], "b": weights["b"]}) != tensors_digest(weights)
+    assert tensors_digest({"s": torch.tensor(2.0)}) != tensors_digest({"s": torch.tensor(2.0, dtype=torch.float64)})

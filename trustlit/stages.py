@@ -71,6 +71,15 @@ def config_digest(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def tensors_digest(tensors: Mapping[str, torch.Tensor]) -> str:
+    """A hash of named tensors, bit for bit (names, dtypes, shapes and bytes): a fingerprint of a model's weights."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(tensors.items()):
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 class StageCache:
     """Stages under ``root``, each computed once per configuration.
 
@@ -177,13 +186,18 @@ class StageNotReproduced(RuntimeError):
 
 
 def check_reproduced(name: str, recorded: Mapping[str, Any], result: Mapping[str, Any], keys: tuple[str, ...]) -> None:
-    """Raise :class:`StageNotReproduced` if ``result`` differs from the recorded result on one of ``keys``."""
+    """Raise :class:`StageNotReproduced` if ``result`` differs from the recorded result on one of ``keys``
+    (numbers to a relative 1e-6, anything else exactly); a key the record lacks, as in a record made before the
+    key was added, cannot be compared and is passed over."""
     for key in keys:
+        if key not in recorded["result"]:
+            continue
         first, again = recorded["result"][key], result[key]
-        if not math.isclose(first, again, rel_tol=1e-6, abs_tol=1e-12):
+        numbers = all(isinstance(v, (int, float)) for v in (first, again))
+        if not (math.isclose(first, again, rel_tol=1e-6, abs_tol=1e-12) if numbers else first == again):
             raise StageNotReproduced(
-                f"stage {name!r} recomputed on {machine()} gives {key} = {again:.6g}, its record (made on "
-                f"{recorded['machine']}) {first:.6g}: the later stages were computed from the recorded files, so this "
+                f"stage {name!r} recomputed on {machine()} gives {key} = {again!r}, its record (made on "
+                f"{recorded['machine']}) {first!r}: the later stages were computed from the recorded files, so this "
                 "machine cannot extend this cache; run on the recorded kind of machine, or start a fresh work "
                 "directory and records folder"
             )
