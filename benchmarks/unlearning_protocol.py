@@ -703,7 +703,7 @@ hallucinated fact."""
 def render_finetune(protocol: Protocol) -> str:
     """The untuned model and every fine-tuned model in the cache (each learning rate tried), with its evaluation
     where there is one."""
-    directory = protocol.cache.root / "finetune"
+    directory = protocol.cache.record_directory("finetune")  # the committed records: a new checkout has no files
     names = sorted(p.name for p in directory.iterdir() if not p.name.startswith(".")) if directory.is_dir() else []
     rows = []
     if base := protocol.cache.record("base"):
