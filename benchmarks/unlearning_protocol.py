@@ -48,7 +48,7 @@ from trustlit.figures import new_figure, save_png
 from trustlit.llm.loading import SMOLLM2_NAME
 from trustlit.llm.scoring import encode_pairs
 from trustlit.metrics.tofu import CORRECT_ROUGE_RECALL, SUMMARY_KEYS, TOFU_MAX_NEW_TOKENS, greedy_rouge
-from trustlit.stages import StageCache, config_digest, tensors_digest
+from trustlit.stages import StageCache, config_digest, cpu_model, tensors_digest
 from trustlit.unlearning import (
     LUNAR,
     NPO,
@@ -439,6 +439,9 @@ class Protocol:
             state = "running"
         else:
             state = "recomputing its files" if files and not self.cache.has_files(name, config) else "cached"
+            made_on = self.cache.record(name)["machine"]
+            if state != "cached" and not made_on.startswith(cpu_model()):
+                state += f" (made on {made_on}: if this CPU's bf16 kernels round otherwise, the check stops the run)"
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {state}", flush=True)
 
 
