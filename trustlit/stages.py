@@ -17,7 +17,7 @@ With ``records=``, each stage's record (and the small files named in ``keep``) i
 stage's result without its large files (checkpoints). A stage whose files a later stage needs
 (``files=True``) but that a checkout lacks is computed again; its record keeps the first result and
 lists the new one under ``recomputed``, so that a reproduction that drifted shows; the result keys named in
-``reproduce`` must come out the same (to a relative 1e-6), or the stage fails and keeps its first files, since
+``reproduce`` must come out the same (numbers to a relative 1e-6), or the stage fails and keeps its first files, since
 the later stages were computed from them (a bf16 fine-tune on another CPU, for one, need not give the same weights).
 """
 
@@ -138,8 +138,8 @@ class StageCache:
         result; on success the directory becomes :meth:`path` (replacing an older configuration's).
         ``files``: the caller needs those files, so a recorded stage whose files this checkout lacks is
         computed again (and keeps its first result). ``keep``: files copied beside the committed record.
-        ``reproduce``: keys of the result that such a recomputation must give again (to a relative 1e-6), else
-        :class:`StageNotReproduced` is raised and nothing is replaced.
+        ``reproduce``: keys of the result that such a recomputation must give again (see
+        :func:`check_reproduced`), else :class:`StageNotReproduced` is raised and nothing is replaced.
         """
         config = _checked(name, config)
         recorded = self.record(name) if self.done(name, config) else None
