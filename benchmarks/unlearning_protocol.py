@@ -6,13 +6,14 @@ file, also go to ``--records`` (``benchmarks/results/unlearning/<protocol>``, co
 knows every finished result and recomputes a fine-tune only when a stage still to run needs its weights,
 so the benchmark completes across sessions that share nothing but the repository. A recomputed fine-tune must
 give its recorded weights again (``weights_sha256``; a record older than the digest: its two probes), or the run
-stops: bf16 training is not reproducible across kinds of CPU, so a cache grows only on the kind of machine that
-made its fine-tunes (``machine`` in their records).
+stops: bf16 training is not reproducible across kinds of CPU, so each variant's chain of stages grows only on the
+kind of machine that made its fine-tunes (``machine`` in their records), and a run that would recompute one on
+another kind stops before it starts (``--other-cpu`` tries anyway).
 
 1. ``data``: the TOFU subset (``tofu20``, the CPU default) or TOFU itself (``full``, for a GPU).
 2. ``finetune/<role>-<variant>``: the target (all authors) and the retain model (retain authors only),
-   TOFU's fine-tuning recipe: 5 epochs, effective batch 32, AdamW weight decay 0.01, one warm-up epoch
-   then linear decay; ``variant`` is full-parameter or LoRA.
+   TOFU's fine-tuning recipe: 5 epochs (LoRA: 10, as TOFU's LoRA config), effective batch 32, AdamW weight
+   decay 0.01, one warm-up epoch then linear decay; ``variant`` is full-parameter or LoRA.
 3. ``eval/<model>``: :class:`~trustlit.unlearning.UnlearningEvaluation` on the forget split, the retain
    authors' ``retain_perturbed``, ``real_authors`` and ``world_facts`` (greedy answers of up to 200
    tokens, ROUGE-L recall with stemming); Forget Quality against the retain model's truth ratios.
@@ -73,7 +74,8 @@ EFFECTIVE_BATCH = 32
 MICRO_BATCH = 8  # x 4 accumulated = 32; the forget/retain data modules give 8 forget + 8 retain per micro batch
 EVAL_BATCH = 16
 UNLEARN_CLIP = 1.0  # TOFU's (the HF Trainer's max_grad_norm) and Attention-Shifting's released gradient clipping
-FINETUNE_EPOCHS = 5
+FINETUNE_EPOCHS = 5  # TOFU's config/finetune.yaml
+FINETUNE_EPOCHS_LORA = 10  # TOFU's config/finetune_lora.yaml (5 LoRA epochs failed the gate here up to lr 1e-2)
 UNLEARN_EPOCHS = 10
 MEMORISATION_GATE = 0.9  # forget ROUGE-L recall of the target
 MATCHED_UTILITY = 0.95  # a setting is eligible when its Model Utility >= 0.95 x the target's
@@ -174,11 +176,14 @@ class Protocol:
     def finetune_lr(self, variant: str) -> float:
         return self.args.finetune_lr if variant == "full" else self.args.finetune_lr_lora
 
+    def finetune_epochs(self, variant: str) -> int:
+        return self.args.finetune_epochs if variant == "full" else self.args.finetune_epochs_lora
+
     def model(self, role: str, variant: str) -> str:
-        """``target-full-lr0.0003`` (``-ep10`` when not TOFU's 5 epochs): a fine-tuned model is named by its
-        learning rate and epochs, so that the attempts at the memorisation gate stay side by side in the cache
-        (and in the report)."""
-        epochs = self.args.finetune_epochs
+        """``target-full-lr0.0003`` (``-ep10`` when not 5 epochs): a fine-tuned model is named by its learning
+        rate and epochs, so that the attempts at the memorisation gate stay side by side in the cache (and in the
+        report)."""
+        epochs = self.finetune_epochs(variant)
         return f"{role}-{variant}-lr{self.finetune_lr(variant):g}" + (
             "" if epochs == FINETUNE_EPOCHS else f"-ep{epochs}"
         )
@@ -230,7 +235,7 @@ class Protocol:
             "split": self.splits[role],
             "lora": LORA if variant == "lora" else None,
             "lr": self.finetune_lr(variant),
-            "epochs": self.args.finetune_epochs,
+            "epochs": self.finetune_epochs(variant),
             "effective_batch": EFFECTIVE_BATCH,
             "micro_batch": MICRO_BATCH,
             "weight_decay": 0.01,
@@ -441,7 +446,14 @@ class Protocol:
             state = "recomputing its files" if files and not self.cache.has_files(name, config) else "cached"
             made_on = self.cache.record(name)["machine"]
             if state != "cached" and not made_on.startswith(cpu_model()):
-                state += f" (made on {made_on}: if this CPU's bf16 kernels round otherwise, the check stops the run)"
+                if not self.args.other_cpu:
+                    raise SystemExit(
+                        f"{name}: a stage still to run needs its weights, which this checkout lacks, and it was made "
+                        f"on {made_on}, not on this {cpu_model()}: another kind of CPU's bf16 kernels round otherwise, "
+                        "so the fine-tune would not give the recorded weights; run on that kind of machine (or with "
+                        "--variants of a chain made on this one), or pass --other-cpu to try anyway"
+                    )
+                state += f" (made on {made_on}; the check at its end stops the run if the weights differ)"
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {state}", flush=True)
 
 
@@ -570,7 +582,8 @@ def run_protocol(protocol: Protocol, variants: list[str], methods: list[str], ph
     if failed and not protocol.args.ignore_gate:
         print(
             f"the target ({', '.join(failed)}) failed the memorisation gate (forget ROUGE-L recall < "
-            f"{MEMORISATION_GATE}): no unlearning runs; raise --finetune-lr / --finetune-epochs, or --ignore-gate",
+            f"{MEMORISATION_GATE}): no unlearning runs; raise --finetune-lr[-lora] / --finetune-epochs[-lora], or "
+            "--ignore-gate",
             flush=True,
         )
         return
@@ -686,10 +699,11 @@ def header(args: argparse.Namespace) -> str:
 {scale}
 
 Precision: {args.precision} (TOFU trains and evaluates in bf16; autocast keeps fp32 master weights).
-Fine-tuning (TOFU's recipe): {args.finetune_epochs} epochs, effective batch {EFFECTIVE_BATCH} ({MICRO_BATCH} x
-{EFFECTIVE_BATCH // MICRO_BATCH} accumulated), AdamW weight decay 0.01, one warm-up epoch then linear decay, lr
-{args.finetune_lr} (full) / {args.finetune_lr_lora} (LoRA as TOFU's: {adapter(LORA)}, dropout {LORA["lora_dropout"]}),
-chat template. Memorisation gate: the target's forget ROUGE-L recall >= {MEMORISATION_GATE}. Unlearning:
+Fine-tuning (TOFU's recipe): {args.finetune_epochs} epochs (LoRA {args.finetune_epochs_lora}), effective batch
+{EFFECTIVE_BATCH} ({MICRO_BATCH} x {EFFECTIVE_BATCH // MICRO_BATCH} accumulated), AdamW weight decay 0.01, one warm-up
+epoch then linear decay, lr {args.finetune_lr} (full) / {args.finetune_lr_lora} (LoRA as TOFU's: {adapter(LORA)},
+dropout {LORA["lora_dropout"]}), chat template. Memorisation gate: the target's forget ROUGE-L recall >=
+{MEMORISATION_GATE}. Unlearning:
 {UNLEARN_EPOCHS} epochs (LUNAR: its released 20), effective batch {EFFECTIVE_BATCH} ({MICRO_BATCH} forget +
 {MICRO_BATCH} retain per micro batch), one warm-up epoch then linear decay for the methods that train the model (LUNAR
 and Attention-Shifting keep their released optimisers), lr swept over {list(LRS)} (SimNPO also beta in {{2.5, 3.5,
@@ -891,6 +905,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--phase", choices=PHASES, default="seeds", help="run stages up to this phase (default all)")
     parser.add_argument("--render-only", action="store_true", help="render the cached stages, compute nothing")
     parser.add_argument("--ignore-gate", action="store_true", help="unlearn even a target that failed the gate")
+    parser.add_argument(
+        "--other-cpu", action="store_true", help="recompute a fine-tune made on another kind of CPU (default: stop)"
+    )
     parser.add_argument("--accelerator", default="auto", help="Lightning accelerator of every stage (default auto)")
     parser.add_argument("--variants", default="full", help="comma-separated from full,lora (default full)")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
@@ -902,7 +919,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="full fine-tuning lr (default 5e-4: the lowest that passes the gate)",
     )
     parser.add_argument("--finetune-lr-lora", type=float, default=5e-3, help="LoRA fine-tuning lr (default 5e-3)")
-    parser.add_argument("--finetune-epochs", type=int, default=FINETUNE_EPOCHS)
+    parser.add_argument("--finetune-epochs", type=int, default=FINETUNE_EPOCHS, help="full fine-tuning epochs")
+    parser.add_argument(
+        "--finetune-epochs-lora", type=int, default=FINETUNE_EPOCHS_LORA, help="LoRA fine-tuning epochs (default 10)"
+    )
     parser.add_argument("--unlearn-epochs", type=int, help="override every method's epochs (smoke runs)")
     parser.add_argument("--eval-samples", type=int, help="records per evaluation split (default all)")
     parser.add_argument("--tofu", type=Path, default=TOFU, help="directory of TOFU's JSON Lines files")
@@ -917,14 +937,14 @@ def finish_arguments(args: argparse.Namespace) -> None:
     args.tiny = None
     if args.quick:
         args.tiny = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "max_positions": 512}
-        args.model, args.finetune_epochs, args.unlearn_epochs = "tiny-llama", 1, 1
+        args.model, args.finetune_epochs, args.finetune_epochs_lora, args.unlearn_epochs = "tiny-llama", 1, 1, 1
         args.eval_samples = args.eval_samples or 8
     default = REPO_ROOT / "runs" / "benchmarks" / "unlearning"
     if args.workdir == default:
         args.workdir = default / (args.protocol + ("-quick" if args.quick else ""))
     if args.records is None and not args.quick:  # a quick run's records stay in its work directory
         args.records = REPO_ROOT / "benchmarks" / "results" / "unlearning" / args.protocol
-    for option in ("eval_samples", "unlearn_epochs", "finetune_epochs"):
+    for option in ("eval_samples", "unlearn_epochs", "finetune_epochs", "finetune_epochs_lora"):
         value = getattr(args, option)
         if value is not None and value < 1:
             raise SystemExit(f"--{option.replace('_', '-')}: must be a positive integer, got {value}")

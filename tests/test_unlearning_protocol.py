@@ -1,0 +1,109 @@
+"""The TOFU protocol's driver (benchmarks/unlearning_protocol.py): selection at matched utility, model names,
+the guard against recomputing a fine-tune on another kind of CPU, and a smoke run of the sweep and the seeds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this repository's benchmarks package, not the one opacus installs
+from benchmarks import unlearning_protocol as protocol_module  # noqa: E402
+from benchmarks.unlearning import parse_args  # noqa: E402
+from benchmarks.unlearning_protocol import Protocol, cached_state, run_protocol, select  # noqa: E402
+
+
+def quick_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
+    """A ``--quick`` run (tiny model, 1 epoch, 8 records per split) in ``tmp_path``, on one thread."""
+    places = ["--workdir", str(tmp_path / "work"), "--records", str(tmp_path / "rec")]
+    return parse_args(["--sections", "protocol", "--quick", "--threads", "1", *places, *extra])
+
+
+def run(fq: float, mu: float) -> dict[str, float]:
+    return {"forget_quality": fq, "model_utility": mu}
+
+
+def test_select_takes_the_highest_forget_quality_among_settings_at_matched_utility():
+    sweep = {"a": run(0.9, 0.50), "b": run(0.4, 0.96), "c": run(0.3, 0.99), "d": run(0.4, 0.97)}
+    # threshold 0.95 x 1.0: "a" (the best FQ) is not eligible; "b" and "d" tie on FQ, "d" has the higher MU
+    assert select(sweep, 1.0) == ("d", True)
+
+
+def test_select_without_an_eligible_setting_takes_the_highest_utility_and_flags_it():
+    sweep = {"a": run(0.9, 0.50), "b": run(0.1, 0.80)}
+    assert select(sweep, 1.0) == ("b", False)
+
+
+def test_a_setting_exactly_at_the_threshold_is_eligible():
+    assert select({"a": run(0.2, 0.95), "b": run(0.1, 0.99)}, 1.0) == ("a", True)
+
+
+def test_lora_fine_tunes_train_tofu_lora_epochs_and_are_named_by_them(tmp_path: Path):
+    args = parse_args(["--sections", "protocol", "--workdir", str(tmp_path / "w"), "--records", str(tmp_path / "r")])
+    protocol = Protocol(args)
+    assert protocol.model("target", "full") == f"target-full-lr{args.finetune_lr:g}"
+    assert protocol.model("retain", "lora") == f"retain-lora-lr{args.finetune_lr_lora:g}-ep10"
+    assert protocol.finetune_epochs("lora") == 10 and protocol.finetune_epochs("full") == 5
+
+
+def test_the_unlearning_batches_follow_the_run_seed(tmp_path: Path):
+    protocol = Protocol(quick_args(tmp_path))
+    source = protocol.data()
+    assert [protocol.forget_retain_data(source, seed).seed for seed in (1, 2)] == [1, 2]
+
+
+def record_from_another_cpu(protocol: Protocol, name: str) -> None:
+    """The committed record of ``name`` as if another kind of CPU had made it, and no files in this checkout."""
+    path = protocol.cache.record_directory(name) / "stage.json"
+    record = json.loads(path.read_text())
+    record["machine"] = "Other CPU Model 9000, 2 cores (2 available to the process), CPU only"
+    path.write_text(json.dumps(record))
+    (protocol.cache.path(name) / "stage.json").unlink()
+
+
+def test_recomputing_a_fine_tune_made_on_another_cpu_stops_before_it_starts(tmp_path: Path):
+    protocol = Protocol(quick_args(tmp_path, "--phase", "gate"))
+    protocol.finetune("target", "full")
+    name = f"finetune/{protocol.model('target', 'full')}"
+    record_from_another_cpu(protocol, name)
+    with pytest.raises(SystemExit, match=f"{name}: .*made on Other CPU Model 9000.*--other-cpu"):
+        protocol.finetune("target", "full", files=True)
+    assert not protocol.cache.has_files(name, protocol.finetune_config("target", "full"))
+
+
+def test_other_cpu_recomputes_it_and_the_record_lists_the_recomputation(tmp_path: Path, capsys):
+    protocol = Protocol(quick_args(tmp_path, "--phase", "gate", "--other-cpu"))
+    protocol.finetune("target", "full")
+    name = f"finetune/{protocol.model('target', 'full')}"
+    record_from_another_cpu(protocol, name)
+    protocol.finetune("target", "full", files=True)  # the same weights: this CPU made them
+    assert "Other CPU Model 9000" in capsys.readouterr().out
+    record = protocol.cache.record(name)
+    assert len(record["recomputed"]) == 1
+    assert record["recomputed"][0]["result"]["weights_sha256"] == record["result"]["weights_sha256"]
+
+
+@pytest.mark.slow
+def test_sweep_then_the_chosen_setting_on_the_test_seeds(tmp_path: Path, monkeypatch):
+    """The whole chain on a tiny model: fine-tunes, evaluations, NPO's sweep (two lrs, to keep it short), then its
+    chosen setting on the seeds 1-3, whose runs differ from one another (the seed reaches the batches)."""
+    monkeypatch.setitem(protocol_module.SWEEPS, "NPO", [{"lr": lr} for lr in (1e-5, 1e-3)])
+    args = quick_args(tmp_path, "--ignore-gate", "--methods", "NPO")
+    protocol = Protocol(args)
+    run_protocol(protocol, ["full"], ["NPO"], "seeds")
+    state = cached_state(protocol, ["full"], ["NPO"])
+    assert set(state["sweep"]["full", "NPO"]) == {"lr1e-05", "lr0.001"}
+    chosen, _ = state["chosen"]["full", "NPO"]
+    seeds = state["seeds"]["full", "NPO"]
+    assert len(seeds) == 3
+    ratios = [
+        json.loads(protocol.cache.file(f"unlearn/full/NPO/{chosen}/seed{k}", "unlearning_eval.json").read_text())[
+            "per_sample"
+        ]["forget_truth_ratio"]
+        for k in (1, 2, 3)
+    ]
+    assert ratios[0] != ratios[1] != ratios[2]
