@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this repository's benchmarks package, not the one opacus installs
@@ -17,10 +18,18 @@ from benchmarks.unlearning import parse_args  # noqa: E402
 from benchmarks.unlearning_protocol import Protocol, cached_state, run_protocol, select  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_kept():
+    """The protocol sets torch's thread count from ``--threads``: give the next tests theirs back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def quick_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
-    """A ``--quick`` run (tiny model, 1 epoch, 8 records per split) in ``tmp_path``, on one thread."""
+    """A ``--quick`` run (tiny model, 1 epoch, 8 records per split) in ``tmp_path``."""
     places = ["--workdir", str(tmp_path / "work"), "--records", str(tmp_path / "rec")]
-    return parse_args(["--sections", "protocol", "--quick", "--threads", "1", *places, *extra])
+    return parse_args(["--sections", "protocol", "--quick", *places, *extra])
 
 
 def run(fq: float, mu: float) -> dict[str, float]:
