@@ -408,7 +408,7 @@ class Protocol:
             "gradient_clip": UNLEARN_CLIP,
             "seed": seed,
             "precision": self.args.precision,
-        }
+        } | ({"evaluated": "adapters merged"} if variant == "lora" and method in ADAPTS_WITH_LORA else {})
 
     def unlearn(self, variant: str, method: str, setting: Mapping[str, Any], seed: int) -> dict:
         name = f"unlearn/{variant}/{method}/{setting_name(setting)}/seed{seed}"
@@ -429,6 +429,7 @@ class Protocol:
             began = time.perf_counter()
             trainer.fit(module, data)
             fit_seconds = time.perf_counter() - began
+            merge_adapters(module)
             return {**self.evaluation(module, directory, reference), "fit_seconds": fit_seconds}
 
         self.progress(name, config)
@@ -503,6 +504,15 @@ def files_digest(directory: Path) -> str:
 def steps_per_epoch(source: Path, split: str) -> int:
     """Optimiser steps of one epoch over ``split`` at the effective batch (the last one may be partial)."""
     return -(-len(load_qa_split(str(source), split)) // EFFECTIVE_BATCH)
+
+
+def merge_adapters(module: L.LightningModule) -> None:
+    """Merge an unlearning run's LoRA adapters into the weights they adapt before its evaluation: the numerical path
+    the target's evaluation took (its checkpoint loads merged), so a run that changes nothing reads as the target
+    (unmerged, NPO lr 1e-5 read real_authors ROUGE-L 0.052 against the target's 0.057 with its forget answers
+    unchanged), as TOFU saves a LoRA-unlearned model merged; generation is also about 1.5x faster."""
+    if hasattr(module.model, "merge_adapter"):
+        module.model.merge_adapter()
 
 
 def build_method(method: str, target: Path, setting: Mapping[str, Any], variant: str, epoch_steps: int) -> Any:

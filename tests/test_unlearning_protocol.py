@@ -16,6 +16,7 @@ sys.path.insert(0, str(REPO))  # this repository's benchmarks package, not the o
 from benchmarks import unlearning_protocol as protocol_module  # noqa: E402
 from benchmarks.unlearning import parse_args  # noqa: E402
 from benchmarks.unlearning_protocol import Protocol, cached_state, run_protocol, select  # noqa: E402
+from trustlit import CausalLMFineTuning  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -116,3 +117,20 @@ def test_sweep_then_the_chosen_setting_on_the_test_seeds(tmp_path: Path, monkeyp
         for k in (1, 2, 3)
     ]
     assert ratios[0] != ratios[1] != ratios[2]
+
+
+def test_an_unlearning_runs_adapters_are_merged_before_its_evaluation():
+    tiny = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "max_positions": 64}
+    module = CausalLMFineTuning(lm={"name_or_path": "tiny-llama", "tiny": tiny, "lora": protocol_module.LORA})
+    for name, weight in module.model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(weight)  # adapters that change the function (peft starts B at zero)
+    module.model.eval()
+    tokens = torch.arange(1, 9).unsqueeze(0)
+    with torch.no_grad():
+        unmerged = module.model(tokens).logits
+        protocol_module.merge_adapters(module)
+        merged = module.model(tokens).logits
+    layers = [m for m in module.model.modules() if hasattr(m, "merged") and hasattr(m, "lora_A")]
+    assert layers and all(layer.merged for layer in layers)
+    torch.testing.assert_close(merged, unmerged, rtol=1e-4, atol=1e-4)
