@@ -510,7 +510,8 @@ def merge_adapters(module: L.LightningModule) -> None:
     """Merge an unlearning run's LoRA adapters into the weights they adapt before its evaluation: the numerical path
     the target's evaluation took (its checkpoint loads merged), so a run that changes nothing reads as the target
     (unmerged, NPO lr 1e-5 read real_authors ROUGE-L 0.052 against the target's 0.057 with its forget answers
-    unchanged), as TOFU saves a LoRA-unlearned model merged; generation is also about 1.5x faster."""
+    unchanged); generation is also about 1.5x faster. TOFU's forget.py evaluates its peft model unmerged: the same
+    function, another bf16 rounding; merging here is for the comparison with the target and for the time."""
     if hasattr(module.model, "merge_adapter"):
         module.model.merge_adapter()
 
