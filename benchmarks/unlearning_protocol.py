@@ -174,10 +174,14 @@ class Protocol:
         return torch.autocast(device, dtype=torch.bfloat16, enabled=self.args.precision == "bf16-mixed")
 
     def finetune_lr(self, variant: str) -> float:
-        return self.args.finetune_lr if variant == "full" else self.args.finetune_lr_lora
+        return self.for_variant("finetune_lr", variant)
 
     def finetune_epochs(self, variant: str) -> int:
-        return self.args.finetune_epochs if variant == "full" else self.args.finetune_epochs_lora
+        return self.for_variant("finetune_epochs", variant)
+
+    def for_variant(self, option: str, variant: str) -> Any:
+        """``--<option>`` for the full-parameter variant, ``--<option>-lora`` for LoRA."""
+        return getattr(self.args, option if variant == "full" else f"{option}_lora")
 
     def model(self, role: str, variant: str) -> str:
         """``target-full-lr0.0003`` (``-ep10`` when not 5 epochs): a fine-tuned model is named by its learning
@@ -284,6 +288,8 @@ class Protocol:
             probes["weights_sha256"] = tensors_digest(module.model.state_dict())
             return {"train_seconds": seconds, "optimizer_steps": trainer.global_step, **probes}
 
+        if files and self.cache.done(name, config) and not self.cache.has_files(name, config):
+            self.refuse_other_cpu(name)
         self.progress(name, config, files)
         # every later stage was computed from the recorded weights: a recomputation must give them again (the
         # digest; records older than it have the probes, which equal weights give and most changes move)
@@ -392,7 +398,7 @@ class Protocol:
 
     # unlearning
     def unlearn_config(self, variant: str, method: str, setting: Mapping[str, Any], seed: int) -> dict[str, Any]:
-        return {
+        config = {
             "target": self.cache.record(f"finetune/{self.model('target', variant)}")["config_digest"],
             "evaluation": config_digest(
                 self.evaluate_config(
@@ -408,7 +414,10 @@ class Protocol:
             "gradient_clip": UNLEARN_CLIP,
             "seed": seed,
             "precision": self.args.precision,
-        } | ({"evaluated": "adapters merged"} if variant == "lora" and method in ADAPTS_WITH_LORA else {})
+        }
+        if adapts_with_lora(variant, method):
+            config["evaluated"] = "adapters merged"  # see merge_adapters
+        return config
 
     def unlearn(self, variant: str, method: str, setting: Mapping[str, Any], seed: int) -> dict:
         name = f"unlearn/{variant}/{method}/{setting_name(setting)}/seed{seed}"
@@ -440,6 +449,18 @@ class Protocol:
         if not self.cache.done(name, config):
             self.finetune(role, variant, files=True)
 
+    def refuse_other_cpu(self, name: str) -> None:
+        """Stop before recomputing fine-tune ``name`` if another kind of CPU made it (unless ``--other-cpu``): its
+        bf16 kernels round otherwise, so the recomputation would end in StageNotReproduced after the whole fine-tune."""
+        made_on = self.cache.record(name)["machine"]
+        if not self.args.other_cpu and not made_on.startswith(cpu_model()):
+            raise SystemExit(
+                f"{name}: a stage still to run needs its weights, which this checkout lacks, and it was made on "
+                f"{made_on}, not on this {cpu_model()}: another kind of CPU's bf16 kernels round otherwise, so the "
+                "fine-tune would not give the recorded weights; run on that kind of machine (or with --variants of a "
+                "chain made on this one), or pass --other-cpu to try anyway"
+            )
+
     def progress(self, name: str, config: Mapping[str, Any], files: bool = False) -> None:
         if not self.cache.done(name, config):
             state = "running"
@@ -447,13 +468,6 @@ class Protocol:
             state = "recomputing its files" if files and not self.cache.has_files(name, config) else "cached"
             made_on = self.cache.record(name)["machine"]
             if state != "cached" and not made_on.startswith(cpu_model()):
-                if not self.args.other_cpu:
-                    raise SystemExit(
-                        f"{name}: a stage still to run needs its weights, which this checkout lacks, and it was made "
-                        f"on {made_on}, not on this {cpu_model()}: another kind of CPU's bf16 kernels round otherwise, "
-                        "so the fine-tune would not give the recorded weights; run on that kind of machine (or with "
-                        "--variants of a chain made on this one), or pass --other-cpu to try anyway"
-                    )
                 state += f" (made on {made_on}; the check at its end stops the run if the weights differ)"
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {state}", flush=True)
 
@@ -506,6 +520,12 @@ def steps_per_epoch(source: Path, split: str) -> int:
     return -(-len(load_qa_split(str(source), split)) // EFFECTIVE_BATCH)
 
 
+def adapts_with_lora(variant: str, method: str) -> bool:
+    """Whether an unlearning run trains LoRA adapters (the LoRA variant, for the methods that train the model's
+    weights; the others keep their own parameters)."""
+    return variant == "lora" and method in ADAPTS_WITH_LORA
+
+
 def merge_adapters(module: L.LightningModule) -> None:
     """Merge an unlearning run's LoRA adapters into the weights they adapt before its evaluation: the numerical path
     the target's evaluation took (its checkpoint loads merged). The path matters in bf16: NPO lr 1e-5's adapters read
@@ -518,7 +538,7 @@ def merge_adapters(module: L.LightningModule) -> None:
 def build_method(method: str, target: Path, setting: Mapping[str, Any], variant: str, epoch_steps: int) -> Any:
     """The unlearning module of ``method`` on the target checkpoint with one swept ``setting``; the methods on
     TOFU's schedule warm up for one epoch (``epoch_steps`` optimiser steps)."""
-    lm = {"name_or_path": str(target), "lora": LORA if variant == "lora" and method in ADAPTS_WITH_LORA else None}
+    lm = {"name_or_path": str(target), "lora": LORA if adapts_with_lora(variant, method) else None}
     kwargs: dict[str, Any] = dict(setting)
     if method not in OWN_SCHEDULE:
         kwargs |= {**TOFU_SCHEDULE, "warmup_steps": epoch_steps}
@@ -936,7 +956,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--finetune-epochs", type=int, default=FINETUNE_EPOCHS, help="full fine-tuning epochs")
     parser.add_argument(
-        "--finetune-epochs-lora", type=int, default=FINETUNE_EPOCHS_LORA, help="LoRA fine-tuning epochs (default 10)"
+        "--finetune-epochs-lora",
+        type=int,
+        default=FINETUNE_EPOCHS_LORA,
+        help=f"LoRA fine-tuning epochs (default {FINETUNE_EPOCHS_LORA}, TOFU's LoRA config)",
     )
     parser.add_argument("--unlearn-epochs", type=int, help="override every method's epochs (smoke runs)")
     parser.add_argument("--eval-samples", type=int, help="records per evaluation split (default all)")

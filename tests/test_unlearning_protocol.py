@@ -66,30 +66,29 @@ def test_the_unlearning_batches_follow_the_run_seed(tmp_path: Path):
     assert [protocol.forget_retain_data(source, seed).seed for seed in (1, 2)] == [1, 2]
 
 
-def record_from_another_cpu(protocol: Protocol, name: str) -> None:
-    """The committed record of ``name`` as if another kind of CPU had made it, and no files in this checkout."""
+def target_made_on_another_cpu(tmp_path: Path, *extra: str) -> tuple[Protocol, str]:
+    """A quick run's fine-tuned target whose committed record says another kind of CPU made it, and whose files
+    this checkout lacks."""
+    protocol = Protocol(quick_args(tmp_path, "--phase", "gate", *extra))
+    protocol.finetune("target", "full")
+    name = f"finetune/{protocol.model('target', 'full')}"
     path = protocol.cache.record_directory(name) / "stage.json"
     record = json.loads(path.read_text())
     record["machine"] = "Other CPU Model 9000, 2 cores (2 available to the process), CPU only"
     path.write_text(json.dumps(record))
     (protocol.cache.path(name) / "stage.json").unlink()
+    return protocol, name
 
 
 def test_recomputing_a_fine_tune_made_on_another_cpu_stops_before_it_starts(tmp_path: Path):
-    protocol = Protocol(quick_args(tmp_path, "--phase", "gate"))
-    protocol.finetune("target", "full")
-    name = f"finetune/{protocol.model('target', 'full')}"
-    record_from_another_cpu(protocol, name)
+    protocol, name = target_made_on_another_cpu(tmp_path)
     with pytest.raises(SystemExit, match=f"{name}: .*made on Other CPU Model 9000.*--other-cpu"):
         protocol.finetune("target", "full", files=True)
     assert not protocol.cache.has_files(name, protocol.finetune_config("target", "full"))
 
 
 def test_other_cpu_recomputes_it_and_the_record_lists_the_recomputation(tmp_path: Path, capsys):
-    protocol = Protocol(quick_args(tmp_path, "--phase", "gate", "--other-cpu"))
-    protocol.finetune("target", "full")
-    name = f"finetune/{protocol.model('target', 'full')}"
-    record_from_another_cpu(protocol, name)
+    protocol, name = target_made_on_another_cpu(tmp_path, "--other-cpu")
     protocol.finetune("target", "full", files=True)  # the same weights: this CPU made them
     assert "Other CPU Model 9000" in capsys.readouterr().out
     record = protocol.cache.record(name)
