@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this repository's benchmarks package, not the one opacus installs
 from benchmarks import unlearning_protocol as protocol_module  # noqa: E402
 from benchmarks.unlearning import parse_args  # noqa: E402
-from benchmarks.unlearning_protocol import Protocol, cached_state, run_protocol, select  # noqa: E402
+from benchmarks.unlearning_protocol import Protocol, cached_state, run_protocol, select, sweep  # noqa: E402
 from trustlit import CausalLMFineTuning  # noqa: E402
 
 
@@ -50,6 +50,19 @@ def test_select_without_an_eligible_setting_takes_the_highest_utility_and_flags_
 
 def test_a_setting_exactly_at_the_threshold_is_eligible():
     assert select({"a": run(0.2, 0.95), "b": run(0.1, 0.99)}, 1.0) == ("a", True)
+
+
+def test_only_the_methods_that_unlearn_through_adapters_sweep_the_lora_grid():
+    lrs = {
+        (method, variant): [s["lr"] for s in sweep(method, variant)]
+        for method in ("NPO", "SimNPO", "LUNAR", "RMU")
+        for variant in ("full", "lora")
+    }
+    assert lrs["NPO", "full"] == [1e-5, 3e-5, 1e-4]
+    assert lrs["NPO", "lora"] == [1e-4, 3e-4, 1e-3]
+    assert sorted(set(lrs["SimNPO", "lora"])) == [1e-4, 3e-4, 1e-3] and len(lrs["SimNPO", "lora"]) == 18
+    assert lrs["RMU", "lora"] == lrs["RMU", "full"] == [1e-5, 3e-5, 1e-4]  # its own parameters, no adapters
+    assert lrs["LUNAR", "lora"] == lrs["LUNAR", "full"] == [3e-3, 1e-2, 3e-2]
 
 
 def test_lora_fine_tunes_train_tofu_lora_epochs_and_are_named_by_them(tmp_path: Path):
@@ -100,7 +113,7 @@ def test_other_cpu_recomputes_it_and_the_record_lists_the_recomputation(tmp_path
 def test_sweep_then_the_chosen_setting_on_the_test_seeds(tmp_path: Path, monkeypatch):
     """The whole chain on a tiny model: fine-tunes, evaluations, NPO's sweep (two lrs, to keep it short), then its
     chosen setting on the seeds 1-3, whose runs differ from one another (the seed reaches the batches)."""
-    monkeypatch.setitem(protocol_module.SWEEPS, "NPO", [{"lr": lr} for lr in (1e-5, 1e-3)])
+    monkeypatch.setattr(protocol_module, "LRS", (1e-5, 1e-3))
     args = quick_args(tmp_path, "--ignore-gate", "--methods", "NPO")
     protocol = Protocol(args)
     run_protocol(protocol, ["full"], ["NPO"], "seeds")
