@@ -40,12 +40,15 @@ from typing import Any
 
 import lightning as L
 import torch
+from safetensors.torch import load_file
 
 from benchmarks.common import REPO_ROOT, TOFU, bare_trainer, comma_list, mean_std, table
 from trustlit import CausalLMFineTuning
+from trustlit.checkpointing import save_weights_checkpoint
 from trustlit.data import ForgetRetainDataModule, QADataModule, load_qa_split
 from trustlit.data.tofu_subsets import write_tofu_subset
 from trustlit.figures import new_figure, save_png
+from trustlit.llm.harvest import save_safetensors_atomic
 from trustlit.llm.loading import SMOLLM2_NAME
 from trustlit.llm.scoring import encode_pairs
 from trustlit.metrics.tofu import CORRECT_ROUGE_RECALL, SUMMARY_KEYS, TOFU_MAX_NEW_TOKENS, greedy_rouge
@@ -85,6 +88,7 @@ SWEEP_SEED, TEST_SEEDS = 0, (1, 2, 3)
 EVAL_VERSION = 1
 EVAL_FILE = "unlearning_eval.json"
 READING_FILE = "READING.md"
+ADAPTERS_FILE = "adapters.safetensors"  # a LoRA fine-tune's adapters, committed: a checkout rebuilds its checkpoint
 REPRODUCED = ("weights_sha256", "forget_rougeL_probe", "real_authors_rougeL_probe")  # of a recomputed fine-tune
 PRECISIONS = ("bf16-mixed", "32-true")
 LRS = (1e-5, 3e-5, 1e-4)
@@ -275,31 +279,34 @@ class Protocol:
                 max_length=MAX_LENGTH,
                 prompt_format="chat",
             )
-            module = CausalLMFineTuning(
-                lm={"name_or_path": config["model"], "lora": config["lora"], "tiny": config["tiny"] or {}},
-                lr=config["lr"],
-                weight_decay=config["weight_decay"],
-                warmup_steps=steps_per_epoch(source, config["split"]),  # one warm-up epoch
-                lr_schedule="linear",
-                generate=False,
-            )
+            module = finetune_module(config, steps_per_epoch(source, config["split"]))
             # no clipping: the benchmark's first fine-tunes ran without it (the HF Trainer's default clips at 1)
             trainer = self.trainer(directory, name, config["epochs"], every=5, clip=None)
             began = time.perf_counter()
             trainer.fit(module, data)
             seconds = time.perf_counter() - began
             trainer.save_checkpoint(directory / "model.ckpt", weights_only=True)
+            if config["lora"]:
+                save_safetensors_atomic(adapter_weights(module.model), directory / ADAPTERS_FILE)
             with self.autocast():
                 probes = answer_probes(module, source, self.splits["forget"])
             probes["weights_sha256"] = tensors_digest(module.model.state_dict())
             return {"train_seconds": seconds, "optimizer_steps": trainer.global_step, **probes}
+
+        def restore(directory: Path, kept: Path) -> dict:
+            """The checkpoint again from the committed adapters and the pretrained weights, in seconds."""
+            module = finetune_module(config, steps_per_epoch(source, config["split"]))
+            load_adapters(module.model, load_file(kept / ADAPTERS_FILE), kept / ADAPTERS_FILE)
+            save_weights_checkpoint(module, directory / "model.ckpt")
+            return {"weights_sha256": tensors_digest(module.model.state_dict())}
 
         if files and self.cache.done(name, config) and not self.cache.has_files(name, config):
             self.refuse_other_cpu(name)
         self.progress(name, config, files)
         # every later stage was computed from the recorded weights: a recomputation must give them again (the
         # digest; records older than it have the probes, which equal weights give and most changes move)
-        self.cache.run(name, config, train, files=files, reproduce=REPRODUCED)
+        lora = {"keep": (ADAPTERS_FILE,), "restore": restore} if config["lora"] else {}
+        self.cache.run(name, config, train, files=files, reproduce=REPRODUCED, **lora)
         return self.cache.path(name) / "model.ckpt"
 
     # evaluation
@@ -457,14 +464,15 @@ class Protocol:
 
     def refuse_other_cpu(self, name: str) -> None:
         """Stop before recomputing fine-tune ``name`` if another kind of CPU made it (unless ``--other-cpu``): its
-        bf16 kernels round otherwise, so the recomputation would end in StageNotReproduced after the whole fine-tune."""
+        bf16 kernels round otherwise, so the recomputation would end in StageNotReproduced after the whole fine-tune;
+        and a LoRA chain, whose checkpoint committed adapters rebuild anywhere, would mix two roundings in one sweep."""
         made_on = self.cache.record(name)["machine"]
         if not self.args.other_cpu and not made_on.startswith(cpu_model()):
             raise SystemExit(
                 f"{name}: a stage still to run needs its weights, which this checkout lacks, and it was made on "
                 f"{made_on}, not on this {cpu_model()}: another kind of CPU's bf16 kernels round otherwise, so the "
-                "fine-tune would not give the recorded weights; run on that kind of machine (or with --variants of a "
-                "chain made on this one), or pass --other-cpu to try anyway"
+                "fine-tune would not give the recorded weights, nor the later stages the chain's rounding; run on that "
+                "kind of machine (or with --variants of a chain made on this one), or pass --other-cpu to try anyway"
             )
 
     def progress(self, name: str, config: Mapping[str, Any], files: bool = False) -> None:
@@ -524,6 +532,35 @@ def files_digest(directory: Path) -> str:
 def steps_per_epoch(source: Path, split: str) -> int:
     """Optimiser steps of one epoch over ``split`` at the effective batch (the last one may be partial)."""
     return -(-len(load_qa_split(str(source), split)) // EFFECTIVE_BATCH)
+
+
+def finetune_module(config: Mapping[str, Any], warmup_steps: int) -> CausalLMFineTuning:
+    """The module of a fine-tune stage's ``config``, before training; one warm-up epoch of ``warmup_steps``."""
+    return CausalLMFineTuning(
+        lm={"name_or_path": config["model"], "lora": config["lora"], "tiny": config["tiny"] or {}},
+        lr=config["lr"],
+        weight_decay=config["weight_decay"],
+        warmup_steps=warmup_steps,
+        lr_schedule="linear",
+        generate=False,
+    )
+
+
+def adapter_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The LoRA tensors of a peft model's state dict, under their state-dict names (the base weights are the
+    pretrained model's: with these they rebuild the fine-tuned model exactly)."""
+    return {key: tensor.detach().clone() for key, tensor in model.state_dict().items() if ".lora_" in key}
+
+
+def load_adapters(model: torch.nn.Module, adapters: Mapping[str, torch.Tensor], path: Path) -> None:
+    """Load :func:`adapter_weights` into a peft model of the same configuration; they must fill every adapter."""
+    missing, unexpected = model.load_state_dict(adapters, strict=False)
+    missing = [key for key in missing if ".lora_" in key]
+    if missing or unexpected:
+        raise ValueError(
+            f"{path}: these adapters do not fit the fine-tune's LoRA configuration (missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]})"
+        )
 
 
 def adapts_with_lora(variant: str, method: str) -> bool:

@@ -120,6 +120,70 @@ def test_a_recomputation_that_does_not_reproduce_the_checked_keys_fails_and_keep
     assert [r["result"] for r in fresh.record("finetune/target")["recomputed"]] == [{"value": 1 + 1e-9}]
 
 
+def kept_adapters_stage(calls: list[str]):
+    """A fine-tune that writes large weights and the small file they are rebuilt from."""
+
+    def compute(directory):
+        calls.append("computed")
+        (directory / "adapters.txt").write_text("A")
+        (directory / "model.txt").write_text("base+A")
+        return {"digest": "base+A", "probe": 0.9}
+
+    return compute
+
+
+def rebuild(calls: list[str], extra: str = ""):
+    def restore(directory, kept):
+        calls.append("restored")
+        (directory / "model.txt").write_text("base+" + (kept / "adapters.txt").read_text() + extra)
+        return {"digest": (directory / "model.txt").read_text()}
+
+    return restore
+
+
+def test_a_recorded_stage_is_restored_from_its_kept_files_instead_of_computed(tmp_path):
+    records, calls = tmp_path / "records", []
+    options = {"files": True, "keep": ("adapters.txt",), "reproduce": ("digest", "probe")}
+    first = StageCache(tmp_path / "checkout1", records=records)
+    first.run("finetune/t", {"lr": 1}, kept_adapters_stage(calls), keep=("adapters.txt",))
+    fresh = StageCache(tmp_path / "checkout2", records=records)
+    with pytest.raises(StageNotReproduced, match=r"digest = 'base\+AX'"):
+        fresh.run("finetune/t", {"lr": 1}, kept_adapters_stage(calls), restore=rebuild(calls, "X"), **options)
+    assert not fresh.path("finetune/t").exists()
+    result = fresh.run("finetune/t", {"lr": 1}, kept_adapters_stage(calls), restore=rebuild(calls), **options)
+    assert calls == ["computed", "restored", "restored"]
+    assert result == {"digest": "base+A", "probe": 0.9}  # the probe is the record's: a restore does not rerun it
+    assert (fresh.path("finetune/t") / "model.txt").read_text() == "base+A"
+    assert fresh.record("finetune/t")["recomputed"][0]["restored"] == "from the kept adapters.txt"
+
+
+def test_a_recomputation_adds_the_kept_files_an_older_record_lacks_and_restores_need_them(tmp_path):
+    records, calls = tmp_path / "records", []
+    options = {"files": True, "keep": ("adapters.txt",), "reproduce": ("digest",), "restore": rebuild(calls)}
+    StageCache(tmp_path / "old", records=records).run("finetune/t", {"lr": 1}, kept_adapters_stage(calls))
+    assert not (records / "finetune" / "t" / "adapters.txt").exists()  # made before the file was kept
+    StageCache(tmp_path / "new", records=records).run("finetune/t", {"lr": 1}, kept_adapters_stage(calls), **options)
+    assert calls == ["computed", "computed"]  # nothing to restore from yet
+    assert (records / "finetune" / "t" / "adapters.txt").read_text() == "A"
+    StageCache(tmp_path / "next", records=records).run("finetune/t", {"lr": 1}, kept_adapters_stage(calls), **options)
+    assert calls == ["computed", "computed", "restored"]
+
+
+def test_a_restore_that_gives_no_key_to_check_is_an_error(tmp_path):
+    records = tmp_path / "records"
+    StageCache(tmp_path / "a", records=records).run("t", {}, kept_adapters_stage([]), keep=("adapters.txt",))
+    with pytest.raises(ValueError, match=r"stage 't': a restore must give one of \['weights'\]"):
+        StageCache(tmp_path / "b", records=records).run(
+            "t",
+            {},
+            kept_adapters_stage([]),
+            files=True,
+            keep=("adapters.txt",),
+            reproduce=("weights",),
+            restore=rebuild([]),
+        )
+
+
 def test_a_recomputation_is_checked_on_the_keys_its_record_has():
     recorded = {"result": {"weights": "ab12", "probe": 0.5}, "machine": "AMD EPYC"}
     check_reproduced("finetune/t", recorded, {"weights": "ab12", "probe": 0.5, "new": 1}, ("weights", "new"))

@@ -17,6 +17,7 @@ from benchmarks import unlearning_protocol as protocol_module  # noqa: E402
 from benchmarks.unlearning import parse_args  # noqa: E402
 from benchmarks.unlearning_protocol import Protocol, cached_state, run_protocol, select, sweep  # noqa: E402
 from trustlit import CausalLMFineTuning  # noqa: E402
+from trustlit.checkpointing import read_checkpoint  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -129,6 +130,31 @@ def test_sweep_then_the_chosen_setting_on_the_test_seeds(tmp_path: Path, monkeyp
         for k in (1, 2, 3)
     ]
     assert ratios[0] != ratios[1] != ratios[2]
+
+
+def test_a_new_checkout_rebuilds_a_lora_fine_tune_from_its_committed_adapters_without_training(tmp_path: Path):
+    first = Protocol(quick_args(tmp_path, "--phase", "gate"))
+    made = read_checkpoint(first.finetune("target", "lora"))
+    name = f"finetune/{first.model('target', 'lora')}"
+    assert (first.cache.record_directory(name) / protocol_module.ADAPTERS_FILE).is_file()
+    places = ["--workdir", str(tmp_path / "work2"), "--records", str(tmp_path / "rec")]  # same records, no files
+    fresh = Protocol(parse_args(["--sections", "protocol", "--quick", "--phase", "gate", *places]))
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a fine-tune with committed adapters is rebuilt, not trained")
+
+    fresh.trainer = no_training
+    rebuilt = read_checkpoint(fresh.finetune("target", "lora", files=True))
+    assert rebuilt["hyper_parameters"] == made["hyper_parameters"]
+    assert made["state_dict"].keys() == rebuilt["state_dict"].keys()
+    assert all(torch.equal(made["state_dict"][k], rebuilt["state_dict"][k]) for k in made["state_dict"])
+    assert fresh.cache.record(name)["recomputed"][0]["restored"] == f"from the kept {protocol_module.ADAPTERS_FILE}"
+    tokens = torch.arange(1, 9).unsqueeze(0)
+    logits = [
+        CausalLMFineTuning(lm={"name_or_path": str(cache.path(name) / "model.ckpt")}).model(tokens).logits
+        for cache in (first.cache, fresh.cache)
+    ]
+    assert torch.equal(*logits)
 
 
 def test_an_unlearning_runs_adapters_are_merged_before_its_evaluation():

@@ -212,6 +212,20 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a readable checkpoint, truncated or corrupt ({error})") from error
 
 
+def save_weights_checkpoint(module: L.LightningModule, path: Path) -> None:
+    """Write what ``Trainer.save_checkpoint(path, weights_only=True)`` writes of a module's own state, for a module
+    built outside a Trainer (one rebuilt from saved weights): its weights, its hyperparameters and the Lightning
+    version, which ``load_from_checkpoint`` and the causal-LM loader read; atomically."""
+    checkpoint: dict[str, Any] = {"pytorch-lightning_version": L.__version__, "state_dict": module.state_dict()}
+    if module.hparams:
+        if hasattr(module, "_hparams_name"):
+            checkpoint[module.CHECKPOINT_HYPER_PARAMS_NAME] = module._hparams_name
+        checkpoint[module.CHECKPOINT_HYPER_PARAMS_KEY] = dict(module.hparams)
+    module.on_save_checkpoint(checkpoint)
+    with atomic_path(path) as temporary:
+        torch.save(checkpoint, temporary)
+
+
 def check_model_class(checkpoint: dict[str, Any], configured: str, path: Path, hint: str) -> None:
     """Refuses a checkpoint written by another model class than ``configured`` (a class path)."""
     saved = checkpoint.get(MODEL_CLASS_KEY) or checkpoint.get("hyper_parameters", {}).get("_class_path")

@@ -19,6 +19,8 @@ stage's result without its large files (checkpoints). A stage whose files a late
 lists the new one under ``recomputed``, so that a reproduction that drifted shows; the result keys named in
 ``reproduce`` must come out the same (numbers to a relative 1e-6), or the stage fails and keeps its first files, since
 the later stages were computed from them (a bf16 fine-tune on another CPU, for one, need not give the same weights).
+Where the kept files suffice to rebuild the large ones (a LoRA fine-tune's adapters, its checkpoint), a ``restore``
+function rebuilds them instead of computing the stage again; its result is checked the same way.
 """
 
 from __future__ import annotations
@@ -131,6 +133,7 @@ class StageCache:
         files: bool = False,
         keep: tuple[str, ...] = (),
         reproduce: tuple[str, ...] = (),
+        restore: Callable[[Path, Path], Mapping[str, Any]] | None = None,
     ) -> Any:
         """The result of stage ``name``: stored if it finished with ``config``, else ``compute(directory)``.
 
@@ -140,18 +143,26 @@ class StageCache:
         computed again (and keeps its first result). ``keep``: files copied beside the committed record.
         ``reproduce``: keys of the result that such a recomputation must give again (see
         :func:`check_reproduced`), else :class:`StageNotReproduced` is raised and nothing is replaced.
+        ``restore(directory, kept)``: instead of computing a recorded stage again, rebuild its files into
+        ``directory`` from the files kept beside its record (in ``kept``, all of ``keep`` there) and return the
+        ``reproduce`` keys that the rebuilt files give (at least one), which must equal the recorded ones.
         """
         config = _checked(name, config)
         recorded = self.record(name) if self.done(name, config) else None
         if recorded is not None and (not files or self.has_files(name, config)):
             return recorded["result"]
+        kept = self.record_directory(name)
+        restoring = recorded is not None and restore is not None and all((kept / f).is_file() for f in keep)
         final = self.path(name)
         for stale in final.parent.glob(f".{final.name}.*{TEMP_SUFFIX}"):  # what a killed run of this stage left
             shutil.rmtree(stale)
         with atomic_directory(final) as scratch:
             started, began = utc_date(), time.perf_counter()
-            result = compute(scratch)
-            if recorded is not None:
+            result = restore(scratch, kept) if restoring else compute(scratch)
+            if restoring:
+                check_reproduced(name, recorded, result, restored_keys(name, result, reproduce))
+                result = {**recorded["result"], **result}
+            elif recorded is not None:
                 check_reproduced(name, recorded, result, reproduce)
             made = {
                 "result": result,
@@ -160,6 +171,7 @@ class StageCache:
                 "wall_seconds": time.perf_counter() - began,
                 "machine": machine(),
                 "versions": f"Python {platform.python_version()}, torch {torch.__version__}",
+                **({"restored": f"from the kept {', '.join(keep)}"} if restoring else {}),
             }
             if recorded is None:
                 record = {"name": name, "config": config, "config_digest": config_digest(config), **made}
@@ -167,14 +179,15 @@ class StageCache:
                 record = {**recorded, "recomputed": [*recorded.get("recomputed", []), made]}
             write_json_atomic(scratch / RECORD_NAME, record)
             if self.records is not None:
-                # a recomputation keeps the committed files: they belong to the first result
-                self._commit(name, scratch, record, keep if recorded is None else ())
+                self._commit(name, scratch, record, keep, first=recorded is None)
         return record["result"]
 
-    def _commit(self, name: str, scratch: Path, record: dict[str, Any], keep: tuple[str, ...]) -> None:
+    def _commit(self, name: str, scratch: Path, record: dict[str, Any], keep: tuple[str, ...], first: bool) -> None:
         directory = self.records / name
         directory.mkdir(parents=True, exist_ok=True)
-        for filename in keep:
+        # a recomputation keeps the committed files (they belong to the first result) and adds those a record made
+        # before they were kept lacks: it reproduced the first result, so its files are the first result's
+        for filename in keep if first else [f for f in keep if not (directory / f).is_file()]:
             if not (scratch / filename).is_file():
                 raise FileNotFoundError(f"stage {name!r}: the file to keep, {filename!r}, was not written")
             shutil.copyfile(scratch / filename, directory / filename)
@@ -201,6 +214,16 @@ def check_reproduced(name: str, recorded: Mapping[str, Any], result: Mapping[str
                 "machine cannot extend this cache; run on the recorded kind of machine, or start a fresh work "
                 "directory and records folder"
             )
+
+
+def restored_keys(name: str, result: Mapping[str, Any], reproduce: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``reproduce`` keys a restored stage's result gives: at least one, or nothing would be checked."""
+    keys = tuple(key for key in reproduce if key in result)
+    if not keys:
+        raise ValueError(
+            f"stage {name!r}: a restore must give one of {list(reproduce)} to check (it gave {list(result)})"
+        )
+    return keys
 
 
 def _read_record(directory: Path) -> dict[str, Any] | None:
