@@ -161,7 +161,6 @@ class StageCache:
             result = restore(scratch, kept) if restoring else compute(scratch)
             if restoring:
                 check_reproduced(name, recorded, result, restored_keys(name, result, reproduce))
-                result = {**recorded["result"], **result}
             elif recorded is not None:
                 check_reproduced(name, recorded, result, reproduce)
             made = {
