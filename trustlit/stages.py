@@ -152,7 +152,7 @@ class StageCache:
         if recorded is not None and (not files or self.has_files(name, config)):
             return recorded["result"]
         kept = self.record_directory(name)
-        restoring = recorded is not None and restore is not None and all((kept / f).is_file() for f in keep)
+        restoring = recorded is not None and restore is not None and keep and all((kept / f).is_file() for f in keep)
         final = self.path(name)
         for stale in final.parent.glob(f".{final.name}.*{TEMP_SUFFIX}"):  # what a killed run of this stage left
             shutil.rmtree(stale)
