@@ -304,10 +304,10 @@ class Protocol:
 
         if files and self.cache.done(name, config) and not self.cache.has_files(name, config):
             self.refuse_other_cpu(name)
-        self.progress(name, config, files)
+        lora = {"keep": (ADAPTERS_FILE,), "restore": restore} if config["lora"] else {}
+        self.progress(name, config, files, restorable=bool(lora) and self.cache.restorable(name, lora["keep"]))
         # every later stage was computed from the recorded weights: a recomputation must give them again (the
         # digest; records older than it have the probes, which equal weights give and most changes move)
-        lora = {"keep": (ADAPTERS_FILE,), "restore": restore} if config["lora"] else {}
         self.cache.run(name, config, train, files=files, reproduce=REPRODUCED, **lora)
         return self.cache.path(name) / "model.ckpt"
 
@@ -477,13 +477,15 @@ class Protocol:
                 "kind of machine (or with --variants of a chain made on this one), or pass --other-cpu to try anyway"
             )
 
-    def progress(self, name: str, config: Mapping[str, Any], files: bool = False) -> None:
+    def progress(self, name: str, config: Mapping[str, Any], files: bool = False, restorable: bool = False) -> None:
         if not self.cache.done(name, config):
             state = "running"
+        elif not files or self.cache.has_files(name, config):
+            state = "cached"
         else:
-            state = "recomputing its files" if files and not self.cache.has_files(name, config) else "cached"
+            state = "rebuilding its files from the kept ones" if restorable else "recomputing its files"
             made_on = self.cache.record(name)["machine"]
-            if state != "cached" and not made_on.startswith(cpu_model()):
+            if not made_on.startswith(cpu_model()):
                 state += f" (made on {made_on}; the check at its end stops the run if the weights differ)"
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {state}", flush=True)
 

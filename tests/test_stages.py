@@ -163,10 +163,14 @@ def test_a_recomputation_adds_the_kept_files_an_older_record_lacks_and_restores_
     options = {"files": True, "keep": ("adapters.txt",), "reproduce": ("digest",), "restore": rebuild(calls)}
     StageCache(tmp_path / "old", records=records).run("finetune/t", {"lr": 1}, kept_adapters_stage(calls))
     assert not (records / "finetune" / "t" / "adapters.txt").exists()  # made before the file was kept
-    StageCache(tmp_path / "new", records=records).run("finetune/t", {"lr": 1}, kept_adapters_stage(calls), **options)
+    new = StageCache(tmp_path / "new", records=records)
+    assert not new.restorable("finetune/t", ("adapters.txt",))
+    new.run("finetune/t", {"lr": 1}, kept_adapters_stage(calls), **options)
     assert calls == ["computed", "computed"]  # nothing to restore from yet
     assert (records / "finetune" / "t" / "adapters.txt").read_text() == "A"
-    StageCache(tmp_path / "next", records=records).run("finetune/t", {"lr": 1}, kept_adapters_stage(calls), **options)
+    following = StageCache(tmp_path / "next", records=records)
+    assert following.restorable("finetune/t", ("adapters.txt",)) and not following.restorable("finetune/t", ())
+    following.run("finetune/t", {"lr": 1}, kept_adapters_stage(calls), **options)
     assert calls == ["computed", "computed", "restored"]
 
 

@@ -132,7 +132,7 @@ def test_sweep_then_the_chosen_setting_on_the_test_seeds(tmp_path: Path, monkeyp
     assert ratios[0] != ratios[1] != ratios[2]
 
 
-def test_a_new_checkout_rebuilds_a_lora_fine_tune_from_its_committed_adapters_without_training(tmp_path: Path):
+def test_a_new_checkout_rebuilds_a_lora_fine_tune_from_its_committed_adapters_without_training(tmp_path: Path, capsys):
     first = Protocol(quick_args(tmp_path, "--phase", "gate"))
     made = read_checkpoint(first.finetune("target", "lora"))
     name = f"finetune/{first.model('target', 'lora')}"
@@ -144,7 +144,9 @@ def test_a_new_checkout_rebuilds_a_lora_fine_tune_from_its_committed_adapters_wi
         raise AssertionError("a fine-tune with committed adapters is rebuilt, not trained")
 
     fresh.trainer = no_training
+    capsys.readouterr()
     rebuilt = read_checkpoint(fresh.finetune("target", "lora", files=True))
+    assert f"{name}: rebuilding its files from the kept ones" in capsys.readouterr().out
     assert rebuilt["hyper_parameters"] == made["hyper_parameters"]
     assert made["state_dict"].keys() == rebuilt["state_dict"].keys()
     assert all(torch.equal(made["state_dict"][k], rebuilt["state_dict"][k]) for k in made["state_dict"])

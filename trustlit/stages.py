@@ -124,6 +124,11 @@ class StageCache:
         """Whether this checkout holds the files stage ``name`` wrote with this configuration."""
         return _matches(_read_record(self.path(name)), _checked(name, config))
 
+    def restorable(self, name: str, keep: tuple[str, ...]) -> bool:
+        """Whether the files ``keep`` lie beside the record of stage ``name``, so a restore can rebuild from them."""
+        kept = self.record_directory(name)
+        return bool(keep) and all((kept / filename).is_file() for filename in keep)
+
     def run(
         self,
         name: str,
@@ -152,7 +157,7 @@ class StageCache:
         if recorded is not None and (not files or self.has_files(name, config)):
             return recorded["result"]
         kept = self.record_directory(name)
-        restoring = recorded is not None and restore is not None and keep and all((kept / f).is_file() for f in keep)
+        restoring = recorded is not None and restore is not None and self.restorable(name, keep)
         final = self.path(name)
         for stale in final.parent.glob(f".{final.name}.*{TEMP_SUFFIX}"):  # what a killed run of this stage left
             shutil.rmtree(stale)
