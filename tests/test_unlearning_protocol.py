@@ -15,7 +15,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this repository's benchmarks package, not the one opacus installs
 from benchmarks import unlearning_protocol as protocol_module  # noqa: E402
 from benchmarks.unlearning import parse_args  # noqa: E402
-from benchmarks.unlearning_protocol import Protocol, cached_state, run_protocol, select, sweep  # noqa: E402
+from benchmarks.unlearning_protocol import (  # noqa: E402
+    Protocol,
+    cached_state,
+    run_order,
+    run_protocol,
+    select,
+    setting_name,
+    sweep,
+)
 from trustlit import CausalLMFineTuning  # noqa: E402
 from trustlit.checkpointing import read_checkpoint  # noqa: E402
 
@@ -64,6 +72,14 @@ def test_only_the_methods_that_unlearn_through_adapters_sweep_the_lora_grid():
     assert sorted(set(lrs["SimNPO", "lora"])) == [1e-4, 3e-4, 1e-3] and len(lrs["SimNPO", "lora"]) == 18
     assert lrs["RMU", "lora"] == lrs["RMU", "full"] == [1e-5, 3e-5, 1e-4]  # its own parameters, no adapters
     assert lrs["LUNAR", "lora"] == lrs["LUNAR", "full"] == [3e-3, 1e-2, 3e-2]
+
+
+def test_a_sweep_runs_its_highest_learning_rate_first_in_the_grids_order():
+    settings = sweep("SimNPO", "lora")
+    order = run_order(settings)
+    assert sorted(map(setting_name, order)) == sorted(map(setting_name, settings))
+    assert [s["lr"] for s in order] == [1e-3] * 6 + [3e-4] * 6 + [1e-4] * 6
+    assert [(s["beta"], s["gamma"]) for s in order[:6]] == [(s["beta"], s["gamma"]) for s in settings[:6]]
 
 
 def test_lora_fine_tunes_train_tofu_lora_epochs_and_are_named_by_them(tmp_path: Path):
