@@ -445,6 +445,8 @@ class Protocol:
         config = self.unlearn_config(variant, method, setting, seed)
         if method == "LUNAR":
             config["layer"] = self.lunar_layer(variant)
+        elif method == "RMU" and self.args.tiny:  # RMU's released layer 7 lies past a --quick model's last
+            config["layer"] = self.args.tiny["num_layers"] - 1
         target = self.cache.path(f"finetune/{self.model('target', variant)}") / "model.ckpt"
         reference = self.cache.file(f"eval/{self.model('retain', variant)}", EVAL_FILE)
         source = self.data()
@@ -453,7 +455,7 @@ class Protocol:
         def run(directory: Path) -> dict:
             L.seed_everything(seed, workers=True, verbose=False)
             data = self.forget_retain_data(source, seed)
-            chosen = {**setting, "layer": config["layer"]} if method == "LUNAR" else setting
+            chosen = {**setting, "layer": config["layer"]} if "layer" in config else setting
             module = build_method(method, target, chosen, variant, steps_per_epoch(source, self.splits["forget"]))
             trainer = self.trainer(directory, name, config["epochs"], every=2, clip=config["gradient_clip"])
             began = time.perf_counter()
@@ -929,7 +931,10 @@ def render_sweep(state: dict[str, Any]) -> str:
 
 
 def utility_margin(variant: str, target: Mapping[str, float]) -> str:
-    """How low real_authors ROUGE-L alone may fall before a run leaves matched utility, as a sentence."""
+    """How low real_authors ROUGE-L alone may fall before a run leaves matched utility, as a sentence (none when a
+    term of the target's MU is 0, as a --quick model's: MU is then 0 and no single term can lower it)."""
+    if not all(target[key] for key in UTILITY_TERMS):
+        return ""
     floor = term_at_threshold(target, "real_authors_rougeL", MATCHED_UTILITY * target["model_utility"])
     return (
         f" A real_authors ROUGE-L below {floor:.3f} alone (the {variant} target's is "

@@ -148,6 +148,22 @@ def test_sweep_then_the_chosen_setting_on_the_test_seeds(tmp_path: Path, monkeyp
     assert ratios[0] != ratios[1] != ratios[2]
 
 
+@pytest.mark.slow
+def test_every_method_runs_on_a_quick_lora_target_and_the_report_renders(tmp_path: Path, monkeypatch):
+    """One setting of each method's sweep on a tiny LoRA target (RMU's released layer 7 is past its two layers; its
+    Model Utility is 0, so no single term has a threshold), then the report with a sweep row for each method."""
+    monkeypatch.setattr(protocol_module, "run_order", lambda settings: settings[:1])
+    methods = list(protocol_module.METHODS)
+    every = ["--methods", ",".join(methods)]
+    args = quick_args(tmp_path, "--ignore-gate", "--phase", "sweep", "--variants", "lora", *every)
+    report = protocol_module.protocol_section(args)
+    state = cached_state(Protocol(args), ["lora"], methods)
+    assert all(len(state["sweep"]["lora", method]) == 1 for method in methods)
+    for method in methods:
+        assert f"| {method} (lora) | {setting_name(sweep(method, 'lora')[0])} |" in report
+    assert Protocol(args).cache.record("unlearn/lora/RMU/lr1e-05/seed0")["config"]["layer"] == 1
+
+
 def test_a_new_checkout_rebuilds_a_lora_fine_tune_from_its_committed_adapters_without_training(tmp_path: Path, capsys):
     first = Protocol(quick_args(tmp_path, "--phase", "gate"))
     made = read_checkpoint(first.finetune("target", "lora"))
