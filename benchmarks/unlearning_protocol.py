@@ -86,7 +86,8 @@ MEMORISATION_GATE = 0.9  # forget ROUGE-L recall of the target
 MATCHED_UTILITY = 0.95  # a setting is eligible when its Model Utility >= 0.95 x the target's
 SWEEP_SEED, TEST_SEEDS = 0, (1, 2, 3)
 # Raise when the evaluation code changes what it reports (every eval and unlearn stage is then recomputed).
-# 1: stemmed ROUGE-L, 200 new tokens, refusal / non-answer / fabrication, FQ sample sizes.
+# 1: stemmed ROUGE-L, 200 new tokens, refusal / non-answer / fabrication, FQ sample sizes. (The greedy forget answers
+# saved in the JSON since, per_sample.forget_answers, change no number: records without them stay valid.)
 EVAL_VERSION = 1
 EVAL_FILE = "unlearning_eval.json"
 READING_FILE = "READING.md"

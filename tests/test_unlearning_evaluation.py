@@ -15,8 +15,9 @@ from scipy.stats import ks_2samp
 
 from trustlit import CausalLMFineTuning, CausalLMSpec
 from trustlit.cli import main
-from trustlit.data import FictitiousConfig, QADataModule
+from trustlit.data import FictitiousConfig, QADataModule, load_qa_split
 from trustlit.metrics import score_split
+from trustlit.metrics.tofu import answer_rates
 from trustlit.paths import write_json_atomic
 from trustlit.unlearning.evaluation import UnlearningEvaluation, forget_quality_results
 
@@ -103,6 +104,11 @@ def test_evaluation_writes_logs_and_serves_as_reference(tmp_path):
     assert report["splits"] == {"forget": "forget25", "retain": "retain75", "holdout": "retain25"}
     assert len(report["per_sample"]["forget_truth_ratio"]) == 4
     assert len(report["per_sample"]["holdout_min_k"]) == 4
+    # the saved greedy forget answers are the ones the refusal / non-answer / fabrication rates counted
+    assert len(report["per_sample"]["forget_answers"]) == 4
+    references = load_qa_split("fictitious", "forget25", CORPUS)["answer"][:4]  # max_samples
+    rates = answer_rates(report["per_sample"]["forget_answers"], references)
+    assert rates == pytest.approx({name: callback.results[name] for name in rates})
     assert all(0 <= callback.results[name] <= 1 for name in METRICS)
     unlearn_logged = {k: v for k, v in logged(trainer).items() if k.startswith("unlearn/")}
     assert unlearn_logged == pytest.approx({f"unlearn/{k}": v for k, v in callback.results.items()}, rel=1e-5)

@@ -153,7 +153,7 @@ class UnlearningEvaluation(ResultsTable, L.Callback):
       with a reference, ``privleak``.
 
     All ranks compute (a sharded model's forward is collective); global rank 0 writes the JSON
-    (summary, splits, per-sample forget truth ratios and Min-K% scores) and prints a table.
+    (summary, splits, per-sample forget truth ratios, Min-K% scores and greedy answers) and prints a table.
 
     Args:
         forget_split, retain_split: TOFU's ``forget05_perturbed`` and ``retain_perturbed`` by default;
@@ -290,8 +290,11 @@ class UnlearningEvaluation(ResultsTable, L.Callback):
 
     # ------------------------------------------------------------------ evaluation
 
-    def evaluate(self, pl_module: L.LightningModule) -> tuple[dict[str, float], dict[str, list[float]]]:
-        """The summary metrics and the per-sample arrays a later run needs as its reference."""
+    def evaluate(self, pl_module: L.LightningModule) -> tuple[dict[str, float], dict[str, list[float] | list[str]]]:
+        """The summary metrics, the per-sample arrays a later run needs as its reference, and the forget answers.
+
+        The greedy forget answers are kept so that refusal, non-answer and fabrication can be read, not only counted.
+        """
         model, tokenizer = pl_module.model, pl_module.tokenizer
         encoding = {
             "prompt_format": resolve_prompt_format(tokenizer, self._data.prompt_format),
@@ -313,7 +316,11 @@ class UnlearningEvaluation(ResultsTable, L.Callback):
         results["knowmem_retain"] = knowmem(retain.generated, retain.answers)
 
         forget_min_k = min_k_scores(forget.answer_token_nll, self.min_k)
-        per_sample = {"forget_truth_ratio": forget.truth_ratio.tolist(), "forget_min_k": forget_min_k.tolist()}
+        per_sample = {
+            "forget_truth_ratio": forget.truth_ratio.tolist(),
+            "forget_min_k": forget_min_k.tolist(),
+            "forget_answers": list(forget.generated),
+        }
         if "holdout" in self.splits:
             holdout = list(self._records["holdout"])
             questions, answers = [r["question"] for r in holdout], [r["answer"] for r in holdout]
