@@ -86,8 +86,9 @@ MEMORISATION_GATE = 0.9  # forget ROUGE-L recall of the target
 MATCHED_UTILITY = 0.95  # a setting is eligible when its Model Utility >= 0.95 x the target's
 SWEEP_SEED, TEST_SEEDS = 0, (1, 2, 3)
 # Raise when the evaluation code changes what it reports (every eval and unlearn stage is then recomputed).
-# 1: stemmed ROUGE-L, 200 new tokens, refusal / non-answer / fabrication, FQ sample sizes. (The greedy forget answers
-# saved in the JSON since, per_sample.forget_answers, change no number: records without them stay valid.)
+# 1: stemmed ROUGE-L, 200 new tokens, refusal / non-answer / fabrication, FQ sample sizes. (Added since, changing no
+# number: the greedy forget answers in the JSON, per_sample.forget_answers, and degenerate_rate; records without them
+# stay valid.)
 EVAL_VERSION = 1
 EVAL_FILE = "unlearning_eval.json"
 READING_FILE = "READING.md"
@@ -640,6 +641,7 @@ COLUMNS = {
     "refusal_rate": "refusal",
     "non_answer_rate": "non-answer",
     "fabrication_rate": "fabrication",
+    "degenerate_rate": "degenerate",
 }
 
 # Model Utility's nine terms (UnlearningEvaluation: prob, ROUGE-L, truth ratio of each non-forget split)
@@ -802,7 +804,8 @@ Evaluation: `UnlearningEvaluation`, greedy answers of up to {TOFU_MAX_NEW_TOKENS
 Porter stemming (`rouge-score`), Forget Quality = KS-test p-value of the forget truth ratios against the retain
 model's (sample sizes next to it); refusal = an answer matching TOFU's refusal phrasings; non-answer = a wholly
 contentless answer ("Nobody knows.", empty); fabrication = none of these and not correct (ROUGE-L recall < 0.5): a
-hallucinated fact."""
+hallucinated fact or degenerate text; degenerate = the fabrications that loop (seq-rep-4 >= 0.5, Welleck et al. 2020),
+so fabrication - degenerate is the fluent ones ("-": a record made before this share was measured)."""
 
 
 def render_finetune(protocol: Protocol) -> str:

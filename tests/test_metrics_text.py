@@ -8,7 +8,7 @@ import pytest
 from helpers import SHARED_DATA
 from rouge_score.rouge_scorer import RougeScorer
 
-from trustlit.metrics import rouge_l_f1, rouge_l_recall
+from trustlit.metrics import is_degenerate, repetition, rouge_l_f1, rouge_l_recall
 
 TOFU = SHARED_DATA / "tofu"
 NUM_RECORDS = 60
@@ -81,3 +81,30 @@ def test_non_strings_are_refused(prediction, reference, match):
         rouge_l_recall(prediction, reference)
     with pytest.raises(ValueError, match=match):
         rouge_l_f1(prediction, reference)
+
+
+def test_repetition_by_hand():
+    # bigrams of "a b a b a b": ab ba ab ba ab -> 2 distinct of 5
+    assert repetition("a b a b a b", n=2) == pytest.approx(1 - 2 / 5)
+    # tokens a , a , a , -> unigrams: 2 distinct of 6 (punctuation marks are tokens, case is ignored)
+    assert repetition("A, a, a,", n=1) == pytest.approx(1 - 2 / 6)
+    # "_" separates words: x _ y _ x _ y -> bigrams x_ _y y_ _x x_ _y: 4 distinct of 6
+    assert repetition("x_y_x_y", n=2) == pytest.approx(1 - 4 / 6)
+    assert repetition("too short", n=4) == 0.0
+    with pytest.raises(ValueError, match="n >= 1"):
+        repetition("a b", n=0)
+
+
+def test_no_tofu_answer_is_degenerate_and_a_loop_is():
+    answers = [
+        json.loads(line)["answer"]
+        for split in ("retain_perturbed", "forget01_perturbed", "real_authors_perturbed", "world_facts_perturbed")
+        for line in (TOFU / f"{split}.json").read_text(encoding="utf-8").splitlines()
+    ]
+    assert len(answers) > 600
+    assert not any(map(is_degenerate, answers))
+    # an unlearned model's answer to a forget question (Attention-Shifting, LoRA, lr 1.5e-3): seq-rep-4 about 0.9
+    loop = "Basil Mahfouz Al-Kuwaiti often **** himself with his **** himself back into his " + "**** himself " * 20
+    assert repetition(loop) > 0.8
+    assert is_degenerate(loop)
+    assert not is_degenerate(loop, threshold=0.95)

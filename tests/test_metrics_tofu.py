@@ -172,13 +172,17 @@ def test_refusal_non_answer_and_fabrication_rates():
         "",
         "Nobody knows that it is Berlin.",
         "blank.",
+        "It is in" + " The Hague" * 12,
+        "Paris" + " Paris" * 12,
     ]
-    references = ["Paris"] * 8
-    # refusals: 0 and 3; non-answers: 4, 5, 7; correct: 1 (and 3); fabrications: 2 and 6 (a stated wrong fact)
+    references = ["Paris"] * 10
+    # refusals: 0 and 3; non-answers: 4, 5, 7; correct: 1, 9 (and 3); fabrications: 2 and 6 (a stated wrong fact)
+    # and 8, which is degenerate (a loop); 9 loops too but is correct, so not counted
     assert answer_rates(generated, references) == {
-        "refusal_rate": 2 / 8,
-        "non_answer_rate": 3 / 8,
-        "fabrication_rate": 2 / 8,
+        "refusal_rate": 2 / 10,
+        "non_answer_rate": 3 / 10,
+        "fabrication_rate": 3 / 10,
+        "degenerate_rate": 1 / 10,
     }
     with pytest.raises(ValueError, match="as many"):
         answer_rates(generated, references[:2])

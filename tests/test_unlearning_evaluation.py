@@ -38,6 +38,7 @@ METRICS = [
     "refusal_rate",
     "non_answer_rate",
     "fabrication_rate",
+    "degenerate_rate",
     "verbmem",
     "knowmem_forget",
     "knowmem_retain",

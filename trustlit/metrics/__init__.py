@@ -26,7 +26,15 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "load_judge",
             "weight_auroc",
         ],
-        "trustlit.metrics.text": ["answer_probability", "is_non_answer", "is_refusal", "rouge_l_f1", "rouge_l_recall"],
+        "trustlit.metrics.text": [
+            "answer_probability",
+            "is_degenerate",
+            "is_non_answer",
+            "is_refusal",
+            "repetition",
+            "rouge_l_f1",
+            "rouge_l_recall",
+        ],
         "trustlit.metrics.tofu": [
             "SplitScores",
             "forget_quality",

@@ -15,6 +15,10 @@
 - Refusal detection: whether an answer declines to answer (TOFU's ``idontknow.jsonl`` phrasings), and
   non-answer detection: an answer that states nothing ("Nobody knows.", empty), the other
   hallucination-free outcome Attention-Shifting's paper counts.
+- Degeneration: seq-rep-n of Welleck et al. (2020, "Neural Text Generation with Unlikelihood Training",
+  arXiv 1908.04319), 1 - |distinct n-grams of g| / |n-grams of g| over g's words and punctuation marks;
+  an answer whose 4-grams repeat at least half the time is degenerate text (loops such as "himself **
+  himself ** ..."), not a stated fact.
 """
 
 from __future__ import annotations
@@ -111,3 +115,23 @@ def is_non_answer(text: str) -> bool:
     """
     core = re.sub(r"[^\w/' -]+", " ", text.lower().replace("\u2019", "'"))
     return _NON_ANSWER.fullmatch(" ".join(core.split())) is not None
+
+
+DEGENERATE_NGRAM = 4  # Welleck et al.'s seq-rep-4
+DEGENERATE_REPETITION = 0.5
+_TOKENS = re.compile(r"[^\W_]+|[^\w\s]|_")  # words (letters, digits) and single marks, "_" a mark too
+
+
+def repetition(text: str, n: int = DEGENERATE_NGRAM) -> float:
+    """seq-rep-n of ``text``: the share of its n-grams (of lower-cased words and single punctuation marks) that
+    repeat an earlier one, 1 - |distinct n-grams| / |n-grams|; 0 for a text of fewer than n tokens."""
+    if n < 1:
+        raise ValueError(f"repetition needs n >= 1, got {n}")
+    tokens = _TOKENS.findall(text.lower())
+    ngrams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return 1 - len(set(ngrams)) / len(ngrams) if ngrams else 0.0
+
+
+def is_degenerate(text: str, threshold: float = DEGENERATE_REPETITION) -> bool:
+    """Whether ``text`` is degenerate: its :func:`repetition` (seq-rep-4) is at least ``threshold``."""
+    return repetition(text) >= threshold

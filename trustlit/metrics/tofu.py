@@ -49,7 +49,7 @@ from scipy.stats import ks_2samp
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trustlit.llm.scoring import encode_pairs, greedy_answers, pairs_nll, samples_nll
-from trustlit.metrics.text import is_non_answer, is_refusal, rouge_l_recall
+from trustlit.metrics.text import is_degenerate, is_non_answer, is_refusal, rouge_l_recall
 
 SplitRole = Literal["forget", "retain", "general"]
 SUMMARY_KEYS = ("prob", "rougeL", "truth_ratio")  # a split's summary (summarise_split); MU is their hmean
@@ -122,7 +122,9 @@ def answer_rates(
     - ``refusal_rate``: they decline in words (:func:`~trustlit.metrics.text.is_refusal`);
     - ``non_answer_rate``: they state nothing (:func:`~trustlit.metrics.text.is_non_answer`; not refusals);
     - ``fabrication_rate``: neither, and not correct (ROUGE-L recall against the reference below
-      ``correct_threshold``): a stated fact that is not the true one, i.e. a hallucination.
+      ``correct_threshold``): a stated fact that is not the true one, i.e. a hallucination;
+    - ``degenerate_rate``: the fabrications that are degenerate text (:func:`~trustlit.metrics.text.is_degenerate`,
+      seq-rep-4 >= 0.5), not a stated fact; ``fabrication_rate - degenerate_rate`` is the fluent fabrications.
     """
     if len(generated) != len(references) or not generated:
         raise ValueError(
@@ -136,6 +138,8 @@ def answer_rates(
         "refusal_rate": sum(refusals) / len(generated),
         "non_answer_rate": sum(non_answers) / len(generated),
         "fabrication_rate": sum(fabrications) / len(generated),
+        "degenerate_rate": sum(f and is_degenerate(text) for f, text in zip(fabrications, generated, strict=True))
+        / len(generated),
     }
 
 
