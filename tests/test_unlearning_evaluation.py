@@ -16,8 +16,7 @@ from scipy.stats import ks_2samp
 from trustlit import CausalLMFineTuning, CausalLMSpec
 from trustlit.cli import main
 from trustlit.data import FictitiousConfig, QADataModule, load_qa_split
-from trustlit.metrics import score_split
-from trustlit.metrics.tofu import answer_rates
+from trustlit.metrics import answer_rates, score_split
 from trustlit.paths import write_json_atomic
 from trustlit.unlearning.evaluation import UnlearningEvaluation, forget_quality_results
 

@@ -31,8 +31,9 @@ have the same count in every row of a split (5 in forget/retain, 3 in real autho
 
 The module also reports, for the forget split, how often greedy answers refuse
 (:func:`~trustlit.metrics.text.is_refusal`), state nothing (non-answers,
-:func:`~trustlit.metrics.text.is_non_answer`), or are none of these nor correct (fabrications), to
-test the claim that a method makes the model "refuse, don't hallucinate" (:func:`answer_rates`).
+:func:`~trustlit.metrics.text.is_non_answer`), or are none of these nor correct (fabrications, and among
+them the degenerate loops, :func:`~trustlit.metrics.text.is_degenerate`), to test the claim that a method
+makes the model "refuse, don't hallucinate" (:func:`answer_rates`).
 
 Notes: docs/methods/tofu_evaluation.md
 """
