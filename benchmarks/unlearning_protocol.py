@@ -893,7 +893,7 @@ def render_methods(state: dict[str, Any], variants: list[str], methods: list[str
                 label,
                 f"{len(runs)}",
                 *(mean_std_of(runs, key) for key in COLUMNS),
-                mean_std_of(runs, "fit_seconds"),
+                mean_std([r["fit_seconds"] for r in runs], digits=0),  # whole seconds, as the sweep table
             ]
         )
     if not rows:
