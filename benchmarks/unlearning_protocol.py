@@ -629,8 +629,8 @@ def fmt(value: float | None, digits: int = 3) -> str:
     return f"{value:.2e}" if 0 < abs(value) < 10**-digits else f"{value:.{digits}f}"
 
 
-def mean_std_of(runs: list[dict], key: str) -> str:
-    return mean_std([r[key] for r in runs if r.get(key) is not None], number=fmt)
+def mean_std_of(runs: list[dict], key: str, number: Callable[[float], str] = fmt) -> str:
+    return mean_std([r[key] for r in runs if r.get(key) is not None], number=number)
 
 
 COLUMNS = {
@@ -893,7 +893,7 @@ def render_methods(state: dict[str, Any], variants: list[str], methods: list[str
                 label,
                 f"{len(runs)}",
                 *(mean_std_of(runs, key) for key in COLUMNS),
-                mean_std([r["fit_seconds"] for r in runs], digits=0),  # whole seconds, as the sweep table
+                mean_std_of(runs, "fit_seconds", number="{:.0f}".format),  # whole seconds, as the sweep table
             ]
         )
     if not rows:
