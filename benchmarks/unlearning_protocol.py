@@ -983,12 +983,20 @@ def render_pending(state: dict[str, Any], variants: list[str], methods: list[str
     return "### Not yet run\n\nThese stages are not cached yet (the run resumes them): " + "; ".join(missing) + "."
 
 
+def reported_variants(protocol: Protocol, variants: list[str]) -> list[str]:
+    """The variants the report shows: the run's own and every other one with a fine-tuned target on record, so a run
+    of one variant does not drop the other's rows from the document it rewrites (which always lists every method)."""
+    stored = [v for v in VARIANTS if protocol.cache.record(f"finetune/{protocol.model('target', v)}") is not None]
+    return [v for v in VARIANTS if v in variants or v in stored]
+
+
 def protocol_section(args: argparse.Namespace) -> str:
     protocol = Protocol(args)
     variants, methods = comma_list(args.variants), comma_list(args.methods)
     if not args.render_only:
         run_protocol(protocol, variants, methods, args.phase)
-    return render(protocol, cached_state(protocol, variants, methods), variants, methods)
+    shown, every = reported_variants(protocol, variants), list(METHODS)
+    return render(protocol, cached_state(protocol, shown, every), shown, every)
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], str]] = {"protocol": protocol_section}

@@ -162,6 +162,11 @@ def test_every_method_runs_on_a_quick_lora_target_and_the_report_renders(tmp_pat
     for method in methods:
         assert f"| {method} (lora) | {setting_name(sweep(method, 'lora')[0])} |" in report
     assert Protocol(args).cache.record("unlearn/lora/RMU/lr1e-05/seed0")["config"]["layer"] == 1
+    # a render for another variant and one method still shows every method's LoRA rows: the doc is rewritten whole
+    only_full = quick_args(tmp_path, "--render-only", "--variants", "full", "--methods", "NPO")
+    rerendered = protocol_module.protocol_section(only_full)
+    assert all(f"| {method} (lora) |" in rerendered for method in methods)
+    assert "NPO (full) sweep 0/" in rerendered
 
 
 def test_a_new_checkout_rebuilds_a_lora_fine_tune_from_its_committed_adapters_without_training(tmp_path: Path, capsys):
