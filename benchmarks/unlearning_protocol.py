@@ -986,8 +986,11 @@ def render_pending(state: dict[str, Any], variants: list[str], methods: list[str
 def reported_variants(protocol: Protocol, variants: list[str]) -> list[str]:
     """The variants the report shows: the run's own and every other one with a fine-tuned target on record, so a run
     of one variant does not drop the other's rows from the document it rewrites (which always lists every method)."""
-    stored = [v for v in VARIANTS if protocol.cache.record(f"finetune/{protocol.model('target', v)}") is not None]
-    return [v for v in VARIANTS if v in variants or v in stored]
+    return [
+        v
+        for v in VARIANTS
+        if v in variants or protocol.cache.record(f"finetune/{protocol.model('target', v)}") is not None
+    ]
 
 
 def protocol_section(args: argparse.Namespace) -> str:
