@@ -745,7 +745,8 @@ def scatter(state: dict[str, Any], variants: list[str], path: Path) -> str:
         ax.set_xlabel("Model Utility")
         ax.set_ylabel("Forget Quality (KS p-value)")
         ax.set_title(f"{variant} fine-tuning: every swept setting, seed {SWEEP_SEED}")
-        ax.legend(fontsize=7, ncols=2)
+        if ax.get_legend_handles_labels()[0]:  # a variant requested before any of its results has nothing to label
+            ax.legend(fontsize=7, ncols=2)
     save_png(figure, path)
     return (
         f"### Forget Quality against Model Utility\n\n![FQ vs MU of every swept setting]({path.name})\n\n"

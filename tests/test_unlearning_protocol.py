@@ -37,8 +37,10 @@ def torch_threads_kept():
 
 
 def quick_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
-    """A ``--quick`` run (tiny model, 1 epoch, 8 records per split) in ``tmp_path``."""
+    """A ``--quick`` run (tiny model, 1 epoch, 8 records per split) in ``tmp_path``, its report and scatter there too
+    (the default ``--output`` would overwrite the committed doc's FQ-MU scatter with the tiny model's points)."""
     places = ["--workdir", str(tmp_path / "work"), "--records", str(tmp_path / "rec")]
+    places += ["--output", str(tmp_path / "unlearning.md")]
     return parse_args(["--sections", "protocol", "--quick", *places, *extra])
 
 
@@ -162,6 +164,7 @@ def test_every_method_runs_on_a_quick_lora_target_and_the_report_renders(tmp_pat
     for method in methods:
         assert f"| {method} (lora) | {setting_name(sweep(method, 'lora')[0])} |" in report
     assert Protocol(args).cache.record("unlearn/lora/RMU/lr1e-05/seed0")["config"]["layer"] == 1
+    assert (tmp_path / "unlearning_tofu20_fq_mu.png").is_file()
     # a render for another variant and one method still shows every method's LoRA rows: the doc is rewritten whole
     only_full = quick_args(tmp_path, "--render-only", "--variants", "full", "--methods", "NPO")
     rerendered = protocol_module.protocol_section(only_full)
