@@ -271,10 +271,14 @@ class Protocol:
             "precision": self.args.precision,
         }
 
+    def stage(self, kind: str, role: str, variant: str) -> str:
+        """The cache name of ``role``'s ``kind`` stage (``finetune`` or ``eval``) on ``variant``."""
+        return f"{kind}/{self.model(role, variant)}"
+
     def finetune(self, role: str, variant: str, files: bool = False) -> Path:
         """The fine-tuned checkpoint of ``role``; ``files``: make sure this checkout has it (a new checkout has
         only the committed record, and fine-tunes again, on the same seed and configuration)."""
-        name = f"finetune/{self.model(role, variant)}"
+        name = self.stage("finetune", role, variant)
         source = self.data()
         config = self.finetune_config(role, variant)
 
@@ -369,9 +373,9 @@ class Protocol:
         return {**callback.results, "eval_seconds": time.perf_counter() - began}
 
     def evaluate_model(self, role: str, variant: str) -> dict:
-        model_stage = f"finetune/{self.model(role, variant)}"
-        reference_stage = None if role == "retain" else f"eval/{self.model('retain', variant)}"
-        name = f"eval/{self.model(role, variant)}"
+        model_stage = self.stage("finetune", role, variant)
+        reference_stage = None if role == "retain" else self.stage("eval", "retain", variant)
+        name = self.stage("eval", role, variant)
         config = self.evaluate_config(model_stage, reference_stage)
         reference = self.cache.file(reference_stage, EVAL_FILE) if reference_stage else None
         self.weights_for(name, config, role, variant)
@@ -387,8 +391,8 @@ class Protocol:
     # LUNAR's layer: the paper's search, once per target (every LUNAR run then redirects that block)
     def lunar_layer(self, variant: str) -> int:
         name = f"lunar-layer/{variant}"
-        target = self.cache.path(f"finetune/{self.model('target', variant)}") / "model.ckpt"
-        target_record = self.cache.record(f"finetune/{self.model('target', variant)}")
+        target = self.cache.path(self.stage("finetune", "target", variant)) / "model.ckpt"
+        target_record = self.cache.record(self.stage("finetune", "target", variant))
         config = {"target": target_record["config_digest"], "search_samples": 16, "precision": self.args.precision}
         source = self.data()
         self.weights_for(name, config, "target", variant)
@@ -422,11 +426,9 @@ class Protocol:
     # unlearning
     def unlearn_config(self, variant: str, method: str, setting: Mapping[str, Any], seed: int) -> dict[str, Any]:
         config = {
-            "target": self.cache.record(f"finetune/{self.model('target', variant)}")["config_digest"],
+            "target": self.cache.record(self.stage("finetune", "target", variant))["config_digest"],
             "evaluation": config_digest(
-                self.evaluate_config(
-                    f"finetune/{self.model('target', variant)}", f"eval/{self.model('retain', variant)}"
-                )
+                self.evaluate_config(self.stage("finetune", "target", variant), self.stage("eval", "retain", variant))
             ),
             "method": method,
             "setting": dict(setting),
@@ -449,8 +451,8 @@ class Protocol:
             config["layer"] = self.lunar_layer(variant)
         elif method == "RMU" and self.args.tiny:  # RMU's released layer 7 lies past a --quick model's last
             config["layer"] = self.args.tiny["num_layers"] - 1
-        target = self.cache.path(f"finetune/{self.model('target', variant)}") / "model.ckpt"
-        reference = self.cache.file(f"eval/{self.model('retain', variant)}", EVAL_FILE)
+        target = self.cache.path(self.stage("finetune", "target", variant)) / "model.ckpt"
+        reference = self.cache.file(self.stage("eval", "retain", variant), EVAL_FILE)
         source = self.data()
         self.weights_for(name, config, "target", variant)
 
@@ -700,9 +702,9 @@ def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) ->
 
     for variant in variants:
         for role in ("retain", "target"):
-            if record := cache.record(f"finetune/{protocol.model(role, variant)}"):
+            if record := cache.record(protocol.stage("finetune", role, variant)):
                 state["finetune"][role, variant] = record
-            if result := stored(f"eval/{protocol.model(role, variant)}"):
+            if result := stored(protocol.stage("eval", role, variant)):
                 state["eval"][role, variant] = result
     for variant, method in itertools.product(variants, methods):
         settings = sweep(method, variant)
@@ -726,12 +728,13 @@ def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) ->
 
 
 def scatter(state: dict[str, Any], variants: list[str], path: Path) -> str:
-    """Forget Quality against Model Utility of every swept setting (seed 0), one marker per method, written to
-    ``path`` (PNG); the markdown that shows it, or nothing before the first sweep result."""
-    if not state["sweep"]:
+    """Forget Quality against Model Utility of every swept setting (seed 0), one marker per method and one panel per
+    variant with a sweep result, written to ``path`` (PNG); the markdown that shows it, or nothing before the first."""
+    plotted = [v for v in variants if any(swept_variant == v for swept_variant, _ in state["sweep"])]
+    if not plotted:
         return ""
-    figure, axes = new_figure(ncols=len(variants), figsize=(6.5 * len(variants), 4.8), squeeze=False)
-    for ax, variant in zip(axes[0], variants, strict=True):
+    figure, axes = new_figure(ncols=len(plotted), figsize=(6.5 * len(plotted), 4.8), squeeze=False)
+    for ax, variant in zip(axes[0], plotted, strict=True):
         for (swept_variant, method), swept in state["sweep"].items():
             if swept_variant == variant:
                 runs = list(swept.values())
@@ -745,8 +748,7 @@ def scatter(state: dict[str, Any], variants: list[str], path: Path) -> str:
         ax.set_xlabel("Model Utility")
         ax.set_ylabel("Forget Quality (KS p-value)")
         ax.set_title(f"{variant} fine-tuning: every swept setting, seed {SWEEP_SEED}")
-        if ax.get_legend_handles_labels()[0]:  # a variant requested before any of its results has nothing to label
-            ax.legend(fontsize=7, ncols=2)
+        ax.legend(fontsize=7, ncols=2)
     save_png(figure, path)
     return (
         f"### Forget Quality against Model Utility\n\n![FQ vs MU of every swept setting]({path.name})\n\n"
@@ -990,7 +992,7 @@ def reported_variants(protocol: Protocol, variants: list[str]) -> list[str]:
     return [
         v
         for v in VARIANTS
-        if v in variants or protocol.cache.record(f"finetune/{protocol.model('target', v)}") is not None
+        if v in variants or protocol.cache.record(protocol.stage("finetune", "target", v)) is not None
     ]
 
 
