@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import itertools
+import json
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -649,6 +650,9 @@ COLUMNS = {
 # Model Utility's nine terms (UnlearningEvaluation: prob, ROUGE-L, truth ratio of each non-forget split)
 UTILITY_TERMS = [f"{split}_{key}" for split in ("retain", *GENERAL_SPLITS) for key in SUMMARY_KEYS]
 SWEEP_TERMS = {"retain_rougeL": "retain ROUGE-L", "real_authors_rougeL": "real_authors ROUGE-L"}
+# The greedy forget answers' mean length: ROUGE-L recall against TOFU's short references grows with the length of an
+# answer, so a method that stops its answers from ending gains real_authors ROUGE-L and, through it, MU.
+ANSWER_CHARS, ANSWER_COLUMN = "forget_answer_chars", "forget answer (chars)"
 
 
 def run_protocol(protocol: Protocol, variants: list[str], methods: list[str], phase: str) -> None:
@@ -700,6 +704,13 @@ def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) ->
         record = cache.record(name)
         return record["result"] if record else None
 
+    def stored_run(name: str) -> Any:
+        """An unlearning run's result with its forget answers' mean length (records without the answers: none)."""
+        if (result := stored(name)) is None:
+            return None
+        answers = json.loads(cache.file(name, EVAL_FILE).read_text())["per_sample"].get("forget_answers")
+        return {**result, ANSWER_CHARS: statistics.fmean(map(len, answers)) if answers else None}
+
     for variant in variants:
         for role in ("retain", "target"):
             if record := cache.record(protocol.stage("finetune", role, variant)):
@@ -711,7 +722,7 @@ def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) ->
         runs = {
             setting_name(s): r
             for s in settings
-            if (r := stored(f"unlearn/{variant}/{method}/{setting_name(s)}/seed{SWEEP_SEED}"))
+            if (r := stored_run(f"unlearn/{variant}/{method}/{setting_name(s)}/seed{SWEEP_SEED}"))
         }
         # LUNAR's cost includes its one layer search (shared by all its runs on this target)
         search_seconds = (stored(f"lunar-layer/{variant}") or {}).get("seconds", 0.0) if method == "LUNAR" else 0.0
@@ -722,7 +733,7 @@ def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) ->
         if target and len(runs) == len(settings):
             chosen, matched = select(runs, target["model_utility"])
             state["chosen"][variant, method] = (chosen, matched)
-            seeds = [r for k in TEST_SEEDS if (r := stored(f"unlearn/{variant}/{method}/{chosen}/seed{k}"))]
+            seeds = [r for k in TEST_SEEDS if (r := stored_run(f"unlearn/{variant}/{method}/{chosen}/seed{k}"))]
             state["seeds"][variant, method] = [{**r, "fit_seconds": r["fit_seconds"] + search_seconds} for r in seeds]
     return state
 
@@ -895,7 +906,8 @@ def render_methods(state: dict[str, Any], variants: list[str], methods: list[str
                 f"{method} ({variant})",
                 label,
                 f"{len(runs)}",
-                *(mean_std_of(runs, key) for key in COLUMNS),
+                *(mean_std_of(runs, key) for key in (*COLUMNS, *SWEEP_TERMS)),
+                mean_std_of(runs, ANSWER_CHARS, number="{:.0f}".format),
                 mean_std_of(runs, "fit_seconds", number="{:.0f}".format),  # whole seconds, as the sweep table
             ]
         )
@@ -909,7 +921,10 @@ def render_methods(state: dict[str, Any], variants: list[str], methods: list[str
     return (
         "### Methods at matched utility\n\n"
         + note
-        + table(["method", "chosen setting", "seeds", *COLUMNS.values(), "fit (s)"], rows)
+        + table(
+            ["method", "chosen setting", "seeds", *COLUMNS.values(), *SWEEP_TERMS.values(), ANSWER_COLUMN, "fit (s)"],
+            rows,
+        )
         + lunar_wall_time(state, variants)
     )
 
@@ -923,17 +938,21 @@ def render_sweep(state: dict[str, Any]) -> str:
         for setting, result in sweep.items():
             eligible = "-" if target is None else ("yes" if matches_utility(result, target["model_utility"]) else "no")
             metrics = [fmt(result.get(key)) for key in (*COLUMNS, *SWEEP_TERMS)]
-            rows.append([f"{method} ({variant})", setting, *metrics, eligible, f"{result['fit_seconds']:.0f}"])
+            chars = mean_std_of([result], ANSWER_CHARS, number="{:.0f}".format)
+            rows.append([f"{method} ({variant})", setting, *metrics, chars, eligible, f"{result['fit_seconds']:.0f}"])
     if not rows:
         return ""
     targets = {v: state["eval"][("target", v)] for v, _ in state["sweep"] if ("target", v) in state["eval"]}
     return (
         f"### Sweep (seed {SWEEP_SEED})\n\nEvery setting run so far; eligible: Model Utility >= "
         f"{MATCHED_UTILITY} x the target's. Retain and real_authors ROUGE-L are two of MU's nine terms (a harmonic "
-        "mean, so its smallest terms weigh most)."
+        "mean, so its smallest terms weigh most); ROUGE-L recall grows with an answer's length, which the greedy "
+        "forget answers' mean length shows (- where a record predates the saved answers)."
         + "".join(utility_margin(variant, target) for variant, target in targets.items())
         + "\n\n"
-        + table(["method", "setting", *COLUMNS.values(), *SWEEP_TERMS.values(), "eligible", "fit (s)"], rows)
+        + table(
+            ["method", "setting", *COLUMNS.values(), *SWEEP_TERMS.values(), ANSWER_COLUMN, "eligible", "fit (s)"], rows
+        )
     )
 
 

@@ -16,8 +16,10 @@ sys.path.insert(0, str(REPO))  # this repository's benchmarks package, not the o
 from benchmarks import unlearning_protocol as protocol_module  # noqa: E402
 from benchmarks.unlearning import parse_args  # noqa: E402
 from benchmarks.unlearning_protocol import (  # noqa: E402
+    ANSWER_CHARS,
     Protocol,
     cached_state,
+    render_methods,
     run_order,
     run_protocol,
     select,
@@ -148,6 +150,52 @@ def test_sweep_then_the_chosen_setting_on_the_test_seeds(tmp_path: Path, monkeyp
         for k in (1, 2, 3)
     ]
     assert ratios[0] != ratios[1] != ratios[2]
+    # each run carries its greedy forget answers' mean length, read from its evaluation file
+    answers = json.loads(protocol.cache.file(f"unlearn/full/NPO/{chosen}/seed1", "unlearning_eval.json").read_text())
+    lengths = [len(answer) for answer in answers["per_sample"]["forget_answers"]]
+    assert seeds[0][ANSWER_CHARS] == pytest.approx(sum(lengths) / len(lengths))
+
+
+def test_the_methods_table_shows_the_utility_terms_and_answer_length_over_the_seeds():
+    """Retain and real_authors ROUGE-L and the forget answers' length, mean ± std over the test seeds, beside MU; a
+    record without saved answers leaves its length out of the mean."""
+    ks_sizes = {"forget_quality_n": 40, "forget_quality_reference_n": 40}
+    seed_runs = [
+        {
+            **run(0.1, 0.3),
+            "retain_rougeL": 0.8,
+            "real_authors_rougeL": 0.05,
+            ANSWER_CHARS: 100.0,
+            "fit_seconds": 10,
+            **ks_sizes,
+        },
+        {
+            **run(0.1, 0.3),
+            "retain_rougeL": 0.9,
+            "real_authors_rougeL": 0.07,
+            ANSWER_CHARS: 200.0,
+            "fit_seconds": 10,
+            **ks_sizes,
+        },
+        {
+            **run(0.1, 0.3),
+            "retain_rougeL": 0.85,
+            "real_authors_rougeL": 0.06,
+            ANSWER_CHARS: None,
+            "fit_seconds": 10,
+            **ks_sizes,
+        },
+    ]
+    state = {
+        "sweep": {("lora", "NPO"): {"lr0.001": seed_runs[0]}},
+        "chosen": {("lora", "NPO"): ("lr0.001", True)},
+        "seeds": {("lora", "NPO"): seed_runs},
+    }
+    header, _, row = render_methods(state, ["lora"], ["NPO"]).splitlines()[-3:]
+    cells = dict(zip((name.strip() for name in header.split("|")), row.split("|"), strict=True))
+    assert cells["retain ROUGE-L"].strip() == "0.850 ± 0.050"
+    assert cells["real_authors ROUGE-L"].strip() == "0.060 ± 0.010"
+    assert cells["forget answer (chars)"].strip() == "150 ± 71"
 
 
 @pytest.mark.slow
