@@ -7,7 +7,8 @@ knows every finished result and recomputes a fine-tune only when a stage still t
 so the benchmark completes across sessions that share nothing but the repository. A recomputed fine-tune must
 give its recorded weights again (``weights_sha256``; a record older than the digest: its two probes), or the run
 stops: bf16 training is not reproducible across kinds of CPU, so each variant's chain of stages grows only on the
-kind of machine that made its fine-tunes (``machine`` in their records), and a run that would recompute one on
+kind of CPU that made its fine-tunes (``machine`` in their records: the model name and the bf16 instructions it
+has, :func:`trustlit.stages.cpu_kind`; two AMD EPYCs may differ in them), and a run that would recompute one on
 another kind stops before it starts (``--other-cpu`` tries anyway). A LoRA fine-tune's adapters are committed beside
 its record (``adapters.safetensors``, about 10 MB): a new checkout rebuilds its checkpoint from them and the
 pretrained weights, bit for bit (the digest is checked), in seconds instead of a 35-minute fine-tune.
@@ -55,7 +56,14 @@ from trustlit.llm.harvest import save_safetensors_atomic
 from trustlit.llm.loading import SMOLLM2_NAME
 from trustlit.llm.scoring import encode_pairs
 from trustlit.metrics.tofu import CORRECT_ROUGE_RECALL, SUMMARY_KEYS, TOFU_MAX_NEW_TOKENS, greedy_rouge
-from trustlit.stages import StageCache, config_digest, cpu_model, tensors_digest
+from trustlit.stages import (
+    StageCache,
+    config_digest,
+    cpu_kind,
+    first_difference,
+    recorded_cpu_kind,
+    tensors_digest,
+)
 from trustlit.unlearning import (
     LUNAR,
     NPO,
@@ -96,6 +104,14 @@ READING_FILE = "READING.md"
 ADAPTERS_FILE = "adapters.safetensors"  # a LoRA fine-tune's adapters, committed: a checkout rebuilds its checkpoint
 REPRODUCED = ("weights_sha256", "forget_rougeL_probe", "real_authors_rougeL_probe")  # of a recomputed fine-tune
 PRECISIONS = ("bf16-mixed", "32-true")
+# The CPU kinds of the records made before the machine text named the bf16 ISA (trustlit.stages.cpu_kind), as the
+# sessions that made them read it (READING.md): the full-parameter chain on AMD EPYC Zen 4 (AVX-512 BF16), the LoRA
+# chain on Intel Xeon Sapphire Rapids or later (AMX-BF16, AVX-512 FP16). An AMD EPYC Zen 3 (no AVX-512) shares the
+# first's model name but not its rounding, and its bf16 matmuls run about 100x slower than its float32 ones.
+LEGACY_CPU_KINDS = {
+    "AMD EPYC": "AMD EPYC [avx512f avx512_bf16]",
+    "Intel(R) Xeon(R) Processor": "Intel(R) Xeon(R) Processor [avx512f avx512_bf16 avx512_fp16 amx_bf16]",
+}
 LRS = (1e-5, 3e-5, 1e-4)
 # Through TOFU's LoRA adapters (r 8) the issue's grid hardly moves the target: NPO at lr 1e-4 left the forget ROUGE-L
 # recall at 0.977 (1e-5: 0.979). The methods that unlearn through adapters sweep one bracket higher, sharing 1e-4; the
@@ -481,13 +497,14 @@ class Protocol:
         """Stop before recomputing fine-tune ``name`` if another kind of CPU made it (unless ``--other-cpu``): its
         bf16 kernels round otherwise, so the recomputation would end in StageNotReproduced after the whole fine-tune;
         and a LoRA chain, whose checkpoint committed adapters rebuild anywhere, would mix two roundings in one sweep."""
-        made_on = self.cache.record(name)["machine"]
-        if not self.args.other_cpu and not made_on.startswith(cpu_model()):
+        record = self.cache.record(name)
+        if not self.args.other_cpu and cpu_kind() not in made_on_kinds(record):
             raise SystemExit(
                 f"{name}: a stage still to run needs its weights, which this checkout lacks, and it was made on "
-                f"{made_on}, not on this {cpu_model()}: another kind of CPU's bf16 kernels round otherwise, so the "
-                "fine-tune would not give the recorded weights, nor the later stages the chain's rounding; run on that "
-                "kind of machine (or with --variants of a chain made on this one), or pass --other-cpu to try anyway"
+                f"{' / '.join(made_on_kinds(record))}, not on this {cpu_kind()}: another kind of CPU's bf16 kernels "
+                "round otherwise, so the fine-tune would not give the recorded weights, nor the later stages the "
+                "chain's rounding; run on that kind of machine (or with --variants of a chain made on this one), or "
+                "pass --other-cpu to try anyway"
             )
 
     def progress(self, name: str, config: Mapping[str, Any], files: bool = False, restorable: bool = False) -> None:
@@ -497,10 +514,25 @@ class Protocol:
             state = "cached"
         else:
             state = "rebuilding its files from the kept ones" if restorable else "recomputing its files"
-            made_on = self.cache.record(name)["machine"]
-            if not made_on.startswith(cpu_model()):
-                state += f" (made on {made_on}; the check at its end stops the run if the weights differ)"
+            record = self.cache.record(name)
+            if cpu_kind() not in made_on_kinds(record):
+                state += f" (made on {record['machine']}; the check at its end stops the run if the weights differ)"
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {state}", flush=True)
+
+
+def made_on_kinds(record: Mapping[str, Any]) -> list[str]:
+    """The CPU kinds that made a fine-tune's weights: the record's, and those of recomputations that gave its
+    :data:`REPRODUCED` keys again (a record older than the check lists the differing ones too); a machine text
+    older than the kinds reads as :data:`LEGACY_CPU_KINDS` says."""
+    reproductions = [
+        entry["machine"]
+        for entry in record.get("recomputed", [])
+        if "restored" not in entry  # adapters rebuild the weights on any CPU: that says nothing of its rounding
+        and (shared := [key for key in REPRODUCED if key in entry["result"] and key in record["result"]])
+        and first_difference(record["result"], entry["result"], shared) is None
+    ]
+    kinds = (recorded_cpu_kind(text) for text in (record["machine"], *reproductions))
+    return list(dict.fromkeys(LEGACY_CPU_KINDS.get(kind, kind) for kind in kinds))
 
 
 class Progress(L.Callback):

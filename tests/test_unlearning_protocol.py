@@ -19,6 +19,7 @@ from benchmarks.unlearning_protocol import (  # noqa: E402
     ANSWER_CHARS,
     Protocol,
     cached_state,
+    made_on_kinds,
     render_methods,
     run_order,
     run_protocol,
@@ -128,6 +129,36 @@ def test_other_cpu_recomputes_it_and_the_record_lists_the_recomputation(tmp_path
     record = protocol.cache.record(name)
     assert len(record["recomputed"]) == 1
     assert record["recomputed"][0]["result"]["weights_sha256"] == record["result"]["weights_sha256"]
+
+
+def test_a_legacy_amd_record_is_not_recomputed_on_an_epyc_without_its_bf16_instructions(tmp_path: Path, monkeypatch):
+    """A record from before machine texts named the bf16 ISA says only "AMD EPYC": its chain was made on a Zen 4, so a
+    Zen 3 (the same model name) must stop before the fine-tune, and the Zen 4 may go on."""
+    protocol, name = target_made_on_another_cpu(tmp_path)
+    path = protocol.cache.record_directory(name) / "stage.json"
+    path.write_text(path.read_text().replace("Other CPU Model 9000", "AMD EPYC"))
+    monkeypatch.setattr(protocol_module, "cpu_kind", lambda: "AMD EPYC [no AVX-512]")
+    with pytest.raises(
+        SystemExit, match=r"made on AMD EPYC \[avx512f avx512_bf16\], not on this AMD EPYC \[no AVX-512\]"
+    ):
+        protocol.finetune("target", "full", files=True)
+    monkeypatch.setattr(protocol_module, "cpu_kind", lambda: "AMD EPYC [avx512f avx512_bf16]")
+    protocol.refuse_other_cpu(name)  # the kind that made it: no stop
+
+
+def test_a_fine_tune_was_made_on_its_kind_and_on_every_kind_that_reproduced_it_by_training():
+    record = {
+        "machine": "Intel(R) Xeon(R) Processor, 2 cores (2 available to the process), CPU only",
+        "result": {"forget_rougeL_probe": 0.9523487718887574, "weights_sha256": "ab12"},
+        "recomputed": [
+            {"machine": "CPU A [avx512f], 2 cores (2 available ...)", "result": {"weights_sha256": "ab12"}},
+            {"machine": "CPU B [avx512f], 2 cores (2 available ...)", "result": {"forget_rougeL_probe": 0.9351}},
+            {"machine": "CPU C [], 2 cores (2 available ...)", "result": {"weights_sha256": "ab12"}, "restored": "x"},
+            {"machine": "CPU D [amx_bf16], 2 cores (2 ...)", "result": {"forget_rougeL_probe": 0.9523488283157349}},
+        ],
+    }
+    xeon = "Intel(R) Xeon(R) Processor [avx512f avx512_bf16 avx512_fp16 amx_bf16]"
+    assert made_on_kinds(record) == [xeon, "CPU A [avx512f]", "CPU D [amx_bf16]"]
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -51,21 +51,54 @@ def utc_date() -> str:
     return datetime.now(timezone.utc).strftime("%a %b %d %H:%M:%S UTC %Y")
 
 
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo, else what the platform reports."""
+# The x86 extensions by which oneDNN and torch choose their bf16 kernels: two CPUs that differ in them round bf16
+# training differently (an AMD EPYC Zen 3 has none of them, a Zen 4 the first two), whatever their model names say.
+BF16_ISA = ("avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16")
+
+
+def read_cpuinfo() -> str:
     cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text(encoding="utf-8").splitlines() if cpuinfo.is_file() else []
-    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    return names[0] if names else platform.processor() or "unknown"
+    return cpuinfo.read_text(encoding="utf-8") if cpuinfo.is_file() else ""
+
+
+def cpuinfo_field(cpuinfo: str, field: str) -> str | None:
+    """The first processor's ``field`` in /proc/cpuinfo's text, or None."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == field:
+            return value.strip()
+    return None
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name from /proc/cpuinfo, else what the platform reports."""
+    name = cpuinfo_field(read_cpuinfo() if cpuinfo is None else cpuinfo, "model name")
+    return name or platform.processor() or "unknown"
+
+
+def cpu_kind(cpuinfo: str | None = None) -> str:
+    """The CPU's model name and which of :data:`BF16_ISA` it has, e.g. ``AMD EPYC [avx512f avx512_bf16]`` or
+    ``AMD EPYC [no AVX-512]``: the machines whose bf16 arithmetic is the same (no brackets off x86 Linux)."""
+    cpuinfo = read_cpuinfo() if cpuinfo is None else cpuinfo
+    flags = cpuinfo_field(cpuinfo, "flags")
+    if flags is None:
+        return cpu_model(cpuinfo)
+    present = [flag for flag in BF16_ISA if flag in flags.split()]
+    return f"{cpu_model(cpuinfo)} [{' '.join(present) or 'no AVX-512'}]"
 
 
 def machine() -> str:
-    """The CPU, its cores, how many of them this process may use, and the GPU if there is one."""
+    """The CPU kind, its cores, how many of them this process may use, and the GPU if there is one."""
     accelerator = f"GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "CPU only"
     return (
-        f"{cpu_model()}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} available to the process), "
-        f"{accelerator}"
+        f"{cpu_kind()}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} available to the process), {accelerator}"
     )
+
+
+def recorded_cpu_kind(machine_text: str) -> str:
+    """The CPU kind at the head of a :func:`machine` text (a record made before kinds were recorded: its model)."""
+    head, _, _ = machine_text.rpartition(" cores (")
+    return head.rsplit(", ", 1)[0] if head else machine_text
 
 
 def config_digest(config: Mapping[str, Any]) -> str:
@@ -206,18 +239,28 @@ def check_reproduced(name: str, recorded: Mapping[str, Any], result: Mapping[str
     """Raise :class:`StageNotReproduced` if ``result`` differs from the recorded result on one of ``keys``
     (numbers to a relative 1e-6, anything else exactly); a key the record lacks, as in a record made before the
     key was added, cannot be compared and is passed over."""
+    if (key := first_difference(recorded["result"], result, keys)) is not None:
+        raise StageNotReproduced(
+            f"stage {name!r} recomputed on {machine()} gives {key} = {result[key]!r}, its record (made on "
+            f"{recorded['machine']}) {recorded['result'][key]!r}: the later stages were computed from the recorded "
+            "files, so this machine cannot extend this cache; run on the recorded kind of machine, or start a fresh "
+            "work directory and records folder"
+        )
+
+
+def first_difference(first: Mapping[str, Any], again: Mapping[str, Any], keys: Iterable[str]) -> str | None:
+    """The first of ``keys`` on which ``again`` differs from ``first`` (numbers to a relative 1e-6, anything else
+    exactly), or None; a key ``first`` lacks is passed over."""
     for key in keys:
-        if key not in recorded["result"]:
+        if key not in first:
             continue
-        first, again = recorded["result"][key], result[key]
-        numbers = all(isinstance(v, (int, float)) for v in (first, again))
-        if not (math.isclose(first, again, rel_tol=1e-6, abs_tol=1e-12) if numbers else first == again):
-            raise StageNotReproduced(
-                f"stage {name!r} recomputed on {machine()} gives {key} = {again!r}, its record (made on "
-                f"{recorded['machine']}) {first!r}: the later stages were computed from the recorded files, so this "
-                "machine cannot extend this cache; run on the recorded kind of machine, or start a fresh work "
-                "directory and records folder"
-            )
+        numbers = all(isinstance(v, (int, float)) for v in (first[key], again[key]))
+        same = (
+            math.isclose(first[key], again[key], rel_tol=1e-6, abs_tol=1e-12) if numbers else first[key] == again[key]
+        )
+        if not same:
+            return key
+    return None
 
 
 def restored_keys(name: str, result: Mapping[str, Any], reproduce: tuple[str, ...]) -> tuple[str, ...]:
