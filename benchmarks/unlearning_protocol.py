@@ -684,6 +684,7 @@ UTILITY_TERMS = [f"{split}_{key}" for split in ("retain", *GENERAL_SPLITS) for k
 SWEEP_TERMS = {"retain_rougeL": "retain ROUGE-L", "real_authors_rougeL": "real_authors ROUGE-L"}
 # The greedy forget answers' mean length: ROUGE-L recall against TOFU's short references grows with the length of an
 # answer, so a method that stops its answers from ending gains real_authors ROUGE-L and, through it, MU.
+DEGENERATE_SHARE = 0.5  # of the forget answers: a setting drawn hollow in the scatter (collapse, not forgetting)
 ANSWER_CHARS, ANSWER_COLUMN = "forget_answer_chars", "forget answer (chars)"
 
 
@@ -781,7 +782,14 @@ def scatter(state: dict[str, Any], variants: list[str], path: Path) -> str:
         for (swept_variant, method), swept in state["sweep"].items():
             if swept_variant == variant:
                 runs = list(swept.values())
-                ax.scatter([r["model_utility"] for r in runs], [r["forget_quality"] for r in runs], label=method, s=22)
+                colour = ax.scatter([], [], label=method, s=22).get_facecolor()[0]
+                ax.scatter(
+                    [r["model_utility"] for r in runs],
+                    [r["forget_quality"] for r in runs],
+                    s=22,
+                    facecolors=["none" if degenerate(r) else colour for r in runs],
+                    edgecolors=[colour] * len(runs),
+                )
         if target := state["eval"].get(("target", variant)):
             ax.axvline(MATCHED_UTILITY * target["model_utility"], color="grey", ls="--", lw=1)
             ax.scatter([target["model_utility"]], [target["forget_quality"]], marker="*", s=160, c="k", label="target")
@@ -795,8 +803,16 @@ def scatter(state: dict[str, Any], variants: list[str], path: Path) -> str:
     save_png(figure, path)
     return (
         f"### Forget Quality against Model Utility\n\n![FQ vs MU of every swept setting]({path.name})\n\n"
-        f"Dashed: {MATCHED_UTILITY} x the target's Model Utility (settings to its right are eligible)."
+        f"Dashed: {MATCHED_UTILITY} x the target's Model Utility (settings to its right are eligible). Hollow: at "
+        f"least {DEGENERATE_SHARE:.0%} of the forget answers are degenerate loops (seq-rep-4 >= 0.5), a collapse the "
+        "KS test on truth ratios can score as forgetting (settings recorded before the rate: filled)."
     )
+
+
+def degenerate(run: Mapping[str, Any]) -> bool:
+    """Whether at least :data:`DEGENERATE_SHARE` of a run's forget answers are degenerate (a record without the
+    rate: no)."""
+    return (run.get("degenerate_rate") or 0.0) >= DEGENERATE_SHARE
 
 
 def render(protocol: Protocol, state: dict[str, Any], variants: list[str], methods: list[str]) -> str:

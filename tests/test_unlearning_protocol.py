@@ -19,6 +19,7 @@ from benchmarks.unlearning_protocol import (  # noqa: E402
     ANSWER_CHARS,
     Protocol,
     cached_state,
+    degenerate,
     made_on_kinds,
     render_methods,
     run_order,
@@ -129,6 +130,12 @@ def test_other_cpu_recomputes_it_and_the_record_lists_the_recomputation(tmp_path
     record = protocol.cache.record(name)
     assert len(record["recomputed"]) == 1
     assert record["recomputed"][0]["result"]["weights_sha256"] == record["result"]["weights_sha256"]
+
+
+def test_a_run_is_drawn_as_collapsed_from_half_its_forget_answers_degenerate_and_an_old_record_never():
+    assert degenerate({"degenerate_rate": 0.5}) and degenerate({"degenerate_rate": 1.0})
+    assert not degenerate({"degenerate_rate": 0.475})
+    assert not degenerate({"forget_quality": 0.4})  # recorded before the rate
 
 
 def test_a_legacy_amd_record_is_not_recomputed_on_an_epyc_without_its_bf16_instructions(tmp_path: Path, monkeypatch):
