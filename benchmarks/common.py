@@ -30,8 +30,9 @@ from typing import Any
 import lightning as L
 import torch
 
+from trustlit.hardware import machine, warn_slow_bf16
 from trustlit.paths import atomic_path, write_json_atomic
-from trustlit.stages import machine, utc_date
+from trustlit.stages import utc_date
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOFU = REPO_ROOT.parent / "shared" / "data" / "tofu"  # the offline TOFU copy beside the checkout (ARCHITECTURE.md)
@@ -76,7 +77,7 @@ def bare_trainer(
     ``checkpointing``: Lightning's default logger and ``ModelCheckpoint`` (both off by default);
     ``budget``: max_steps, max_epochs, limit_test_batches, ...
     """
-    return L.Trainer(
+    trainer = L.Trainer(
         accelerator=accelerator,
         devices=1,
         logger=logger,
@@ -89,6 +90,8 @@ def bare_trainer(
         default_root_dir=None if root is None else str(root),
         **budget,
     )
+    warn_slow_bf16(trainer)
+    return trainer
 
 
 class StepTimer(L.Callback):

@@ -8,7 +8,7 @@ so the benchmark completes across sessions that share nothing but the repository
 give its recorded weights again (``weights_sha256``; a record older than the digest: its two probes), or the run
 stops: bf16 training is not reproducible across kinds of CPU, so each variant's chain of stages grows only on the
 kind of CPU that made its fine-tunes (``machine`` in their records: the model name and the bf16 instructions it
-has, :func:`trustlit.stages.cpu_kind`; two AMD EPYCs may differ in them), and a run that would recompute one on
+has, :func:`trustlit.hardware.cpu_kind`; two AMD EPYCs may differ in them), and a run that would recompute one on
 another kind stops before it starts (``--other-cpu`` tries anyway). A LoRA fine-tune's adapters are committed beside
 its record (``adapters.safetensors``, about 10 MB): a new checkout rebuilds its checkpoint from them and the
 pretrained weights, bit for bit (the digest is checked), in seconds instead of a 35-minute fine-tune.
@@ -52,18 +52,12 @@ from trustlit.checkpointing import save_weights_checkpoint
 from trustlit.data import ForgetRetainDataModule, QADataModule, load_qa_split
 from trustlit.data.tofu_subsets import write_tofu_subset
 from trustlit.figures import new_figure, save_png
+from trustlit.hardware import cpu_kind, recorded_cpu_kind
 from trustlit.llm.harvest import save_safetensors_atomic
 from trustlit.llm.loading import SMOLLM2_NAME
 from trustlit.llm.scoring import encode_pairs
 from trustlit.metrics.tofu import CORRECT_ROUGE_RECALL, SUMMARY_KEYS, TOFU_MAX_NEW_TOKENS, greedy_rouge
-from trustlit.stages import (
-    StageCache,
-    config_digest,
-    cpu_kind,
-    first_difference,
-    recorded_cpu_kind,
-    tensors_digest,
-)
+from trustlit.stages import StageCache, config_digest, first_difference, tensors_digest
 from trustlit.unlearning import (
     LUNAR,
     NPO,
@@ -104,7 +98,7 @@ READING_FILE = "READING.md"
 ADAPTERS_FILE = "adapters.safetensors"  # a LoRA fine-tune's adapters, committed: a checkout rebuilds its checkpoint
 REPRODUCED = ("weights_sha256", "forget_rougeL_probe", "real_authors_rougeL_probe")  # of a recomputed fine-tune
 PRECISIONS = ("bf16-mixed", "32-true")
-# The CPU kinds of the records made before the machine text named the bf16 ISA (trustlit.stages.cpu_kind), as the
+# The CPU kinds of the records made before the machine text named the bf16 ISA (trustlit.hardware.cpu_kind), as the
 # sessions that made them read it (READING.md): the full-parameter chain on AMD EPYC Zen 4 (AVX-512 BF16), the LoRA
 # chain on Intel Xeon Sapphire Rapids or later (AMX-BF16, AVX-512 FP16). An AMD EPYC Zen 3 (no AVX-512) shares the
 # first's model name but not its rounding, and its bf16 matmuls run about 100x slower than its float32 ones.

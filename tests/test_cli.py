@@ -10,6 +10,7 @@ import wandb
 import yaml
 from helpers import QUICKSTART, REPO_ROOT, SHARED_DATA, TINY, import_class_path, read_recipe
 
+from trustlit import hardware
 from trustlit.analysis import AnalysisModule
 from trustlit.cli import main, run_cli
 from trustlit.data.activations import ActivationDataModule
@@ -151,6 +152,16 @@ def test_full_config_is_logged_as_hyperparameters(tmp_path):
     assert hparams["seed_everything"] == 0
     assert "lr" not in hparams, "the module's hparams are not logged a second time, flattened"
     assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_bf16_run_on_a_cpu_without_native_bf16_is_warned_of(tmp_path, monkeypatch):
+    monkeypatch.setattr(hardware, "slow_cpu_bf16", lambda: True)
+    with pytest.warns(UserWarning, match="32-true"):
+        run_cli(
+            fit_args(
+                tmp_path, "--trainer.max_steps=1", "--trainer.limit_val_batches=0", "--trainer.precision=bf16-mixed"
+            )
+        )
 
 
 def test_wandb_logs_offline_with_the_full_config(tmp_path, monkeypatch):

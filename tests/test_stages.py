@@ -14,10 +14,7 @@ from trustlit.stages import (
     StageNotReproduced,
     check_reproduced,
     config_digest,
-    cpu_kind,
     first_difference,
-    machine,
-    recorded_cpu_kind,
     tensors_digest,
 )
 
@@ -212,28 +209,6 @@ def test_a_float32_probe_stored_as_float64_is_the_same_number_and_a_changed_one_
     assert first_difference(first, {"probe": 0.9523488283157349, "weights": "ab12"}, ("probe", "weights")) is None
     assert first_difference(first, {"probe": 0.9351900219917297, "weights": "ab12"}, ("weights", "probe")) == "probe"
     assert first_difference({"weights": "ab12"}, {"probe": 0.1, "weights": "ab12"}, ("probe", "weights")) is None
-
-
-ZEN3 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma\n"
-ZEN4 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f avx512bw avx512_bf16 avx512_vnni\n"
-SAPPHIRE_RAPIDS = (
-    "model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: avx2 avx512f avx512_bf16 avx512_fp16 amx_bf16 amx_tile\n"
-)
-
-
-def test_cpu_kind_tells_cpus_of_one_model_name_apart_by_their_bf16_instructions():
-    assert cpu_kind(ZEN3) == "AMD EPYC [no AVX-512]"
-    assert cpu_kind(ZEN4) == "AMD EPYC [avx512f avx512_bf16]"
-    assert cpu_kind(SAPPHIRE_RAPIDS) == "Intel(R) Xeon(R) Processor [avx512f avx512_bf16 avx512_fp16 amx_bf16]"
-    assert cpu_kind("model name\t: Neoverse-V2\n") == "Neoverse-V2"  # no x86 flags line: the model alone
-
-
-def test_the_cpu_kind_is_read_back_from_a_machine_text_old_or_new():
-    assert recorded_cpu_kind(machine()) == cpu_kind()
-    old = "AMD EPYC, 2 cores (2 available to the process), CPU only"
-    assert recorded_cpu_kind(old) == "AMD EPYC"
-    gpu = "Intel(R) Xeon(R) Processor [amx_bf16], 16 cores (16 available to the process), GPU NVIDIA H100 80GB HBM3"
-    assert recorded_cpu_kind(gpu) == "Intel(R) Xeon(R) Processor [amx_bf16]"
 
 
 def test_tensors_digest_sees_one_bit_and_names_but_not_order():

@@ -49,6 +49,7 @@ from trustlit.checkpointing import (
     resolve_checkpoint,
 )
 from trustlit.errors import ConfigError, describe_parse_error
+from trustlit.hardware import warn_slow_bf16
 from trustlit.resources import find_recipe
 
 
@@ -174,7 +175,9 @@ class TrustlitCLI(LightningCLI):
             dirpath = self._get(self.config_init, "checkpoint").dirpath
             trainer_config["callbacks"] = [CheckpointDirLock(dirpath), *(trainer_config.get("callbacks") or [])]
             trainer_config["plugins"] = _with_atomic_io(trainer_config.get("plugins"), trainer_config.get("strategy"))
-        return self._instantiate_trainer(trainer_config, [*extra, *self._extra_callbacks(trainer_config)])
+        trainer = self._instantiate_trainer(trainer_config, [*extra, *self._extra_callbacks(trainer_config)])
+        warn_slow_bf16(trainer)
+        return trainer
 
     def _quiet_results(self) -> None:
         """One results table: a trustlit callback's (:class:`~trustlit.callbacks.ResultsTable`), when the recipe

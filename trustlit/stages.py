@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import platform
 import shlex
 import shutil
@@ -41,6 +40,7 @@ from typing import Any
 
 import torch
 
+from trustlit.hardware import machine
 from trustlit.paths import TEMP_SUFFIX, atomic_directory, write_json_atomic
 
 RECORD_NAME = "stage.json"
@@ -49,56 +49,6 @@ RECORD_NAME = "stage.json"
 def utc_date() -> str:
     """Now, as ``date -u`` writes it."""
     return datetime.now(timezone.utc).strftime("%a %b %d %H:%M:%S UTC %Y")
-
-
-# The x86 extensions by which oneDNN and torch choose their bf16 kernels: two CPUs that differ in them round bf16
-# training differently (an AMD EPYC Zen 3 has none of them, a Zen 4 the first two), whatever their model names say.
-BF16_ISA = ("avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16")
-
-
-def read_cpuinfo() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    return cpuinfo.read_text(encoding="utf-8") if cpuinfo.is_file() else ""
-
-
-def cpuinfo_field(cpuinfo: str, field: str) -> str | None:
-    """The first processor's ``field`` in /proc/cpuinfo's text, or None."""
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == field:
-            return value.strip()
-    return None
-
-
-def cpu_model(cpuinfo: str | None = None) -> str:
-    """The CPU's model name from /proc/cpuinfo, else what the platform reports."""
-    name = cpuinfo_field(read_cpuinfo() if cpuinfo is None else cpuinfo, "model name")
-    return name or platform.processor() or "unknown"
-
-
-def cpu_kind(cpuinfo: str | None = None) -> str:
-    """The CPU's model name and which of :data:`BF16_ISA` it has, e.g. ``AMD EPYC [avx512f avx512_bf16]`` or
-    ``AMD EPYC [no AVX-512]``: the machines whose bf16 arithmetic is the same (no brackets off x86 Linux)."""
-    cpuinfo = read_cpuinfo() if cpuinfo is None else cpuinfo
-    flags = cpuinfo_field(cpuinfo, "flags")
-    if flags is None:
-        return cpu_model(cpuinfo)
-    present = [flag for flag in BF16_ISA if flag in flags.split()]
-    return f"{cpu_model(cpuinfo)} [{' '.join(present) or 'no AVX-512'}]"
-
-
-def machine() -> str:
-    """The CPU kind, its cores, how many of them this process may use, and the GPU if there is one."""
-    accelerator = f"GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "CPU only"
-    return (
-        f"{cpu_kind()}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} available to the process), {accelerator}"
-    )
-
-
-def recorded_cpu_kind(machine_text: str) -> str:
-    """The CPU kind at the head of a :func:`machine` text (a record made before kinds were recorded: its model)."""
-    head, _, _ = machine_text.rpartition(" cores (")
-    return head.rsplit(", ", 1)[0] if head else machine_text
 
 
 def config_digest(config: Mapping[str, Any]) -> str:
