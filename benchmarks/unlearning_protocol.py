@@ -101,7 +101,8 @@ PRECISIONS = ("bf16-mixed", "32-true")
 # The CPU kinds of the records made before the machine text named the bf16 ISA (trustlit.hardware.cpu_kind), as the
 # sessions that made them read it (READING.md): the full-parameter chain on AMD EPYC Zen 4 (AVX-512 BF16), the LoRA
 # chain on Intel Xeon Sapphire Rapids or later (AMX-BF16, AVX-512 FP16). An AMD EPYC Zen 3 (no AVX-512) shares the
-# first's model name but not its rounding, and its bf16 matmuls run about 100x slower than its float32 ones.
+# first's model name but not its rounding, and its bf16 matmuls run about 120x slower than its float32 ones. These are
+# the tofu20 records, the only ones made before the kinds were recorded.
 LEGACY_CPU_KINDS = {
     "AMD EPYC": "AMD EPYC [avx512f avx512_bf16]",
     "Intel(R) Xeon(R) Processor": "Intel(R) Xeon(R) Processor [avx512f avx512_bf16 avx512_fp16 amx_bf16]",
@@ -491,11 +492,11 @@ class Protocol:
         """Stop before recomputing fine-tune ``name`` if another kind of CPU made it (unless ``--other-cpu``): its
         bf16 kernels round otherwise, so the recomputation would end in StageNotReproduced after the whole fine-tune;
         and a LoRA chain, whose checkpoint committed adapters rebuild anywhere, would mix two roundings in one sweep."""
-        record = self.cache.record(name)
-        if not self.args.other_cpu and cpu_kind() not in made_on_kinds(record):
+        made_on, here = made_on_kinds(self.cache.record(name)), cpu_kind()
+        if not self.args.other_cpu and here not in made_on:
             raise SystemExit(
                 f"{name}: a stage still to run needs its weights, which this checkout lacks, and it was made on "
-                f"{' / '.join(made_on_kinds(record))}, not on this {cpu_kind()}: another kind of CPU's bf16 kernels "
+                f"{' / '.join(made_on)}, not on this {here}: another kind of CPU's bf16 kernels "
                 "round otherwise, so the fine-tune would not give the recorded weights, nor the later stages the "
                 "chain's rounding; run on that kind of machine (or with --variants of a chain made on this one), or "
                 "pass --other-cpu to try anyway"
@@ -508,9 +509,9 @@ class Protocol:
             state = "cached"
         else:
             state = "rebuilding its files from the kept ones" if restorable else "recomputing its files"
-            record = self.cache.record(name)
-            if cpu_kind() not in made_on_kinds(record):
-                state += f" (made on {record['machine']}; the check at its end stops the run if the weights differ)"
+            made_on = made_on_kinds(self.cache.record(name))
+            if cpu_kind() not in made_on:
+                state += f" (made on {' / '.join(made_on)}; the check at its end stops the run if the weights differ)"
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {state}", flush=True)
 
 
@@ -735,7 +736,8 @@ def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) ->
         """An unlearning run's result with its forget answers' mean length (records without the answers: none)."""
         if (result := stored(name)) is None:
             return None
-        answers = json.loads(cache.file(name, EVAL_FILE).read_text())["per_sample"].get("forget_answers")
+        path = cache.file(name, EVAL_FILE)
+        answers = json.loads(path.read_text())["per_sample"].get("forget_answers") if path.is_file() else None
         return {**result, ANSWER_CHARS: statistics.fmean(map(len, answers)) if answers else None}
 
     for variant in variants:
@@ -798,8 +800,8 @@ def scatter(state: dict[str, Any], variants: list[str], path: Path) -> str:
     return (
         f"### Forget Quality against Model Utility\n\n![FQ vs MU of every swept setting]({path.name})\n\n"
         f"Dashed: {MATCHED_UTILITY} x the target's Model Utility (settings to its right are eligible). Hollow: at "
-        f"least {DEGENERATE_SHARE:.0%} of the forget answers are degenerate loops (seq-rep-4 >= 0.5), a collapse the "
-        "KS test on truth ratios can score as forgetting (settings recorded before the rate: filled)."
+        f"least {DEGENERATE_SHARE:.0%} of the forget answers are degenerate fabrications (loops, seq-rep-4 >= 0.5), "
+        "a collapse the KS test on truth ratios can score as forgetting (settings recorded before the rate: filled)."
     )
 
 
@@ -1032,19 +1034,24 @@ def lunar_wall_time(state: dict[str, Any], variants: list[str]) -> str:
 
 
 def render_pending(state: dict[str, Any], variants: list[str], methods: list[str]) -> str:
-    missing = [
-        f"fine-tune {r} ({v})" for v in variants for r in ("target", "retain") if (r, v) not in state["finetune"]
-    ]
-    missing += [f"evaluate {r} ({v})" for v in variants for r in ("target", "retain") if (r, v) not in state["eval"]]
-    for variant, method in itertools.product(variants, methods):
-        done, planned = len(state["sweep"].get((variant, method), {})), len(sweep(method, variant))
-        if done < planned:
-            missing.append(f"{method} ({variant}) sweep {done}/{planned}")
-        elif (seeds := len(state["seeds"].get((variant, method), []))) < len(TEST_SEEDS):
-            missing.append(f"{method} ({variant}) seeds {seeds}/{len(TEST_SEEDS)}")
-    if not missing:
+    """The stages not cached yet, per variant, with the CPU kinds that can run them (those that made its target)."""
+    lines = []
+    for variant in variants:
+        missing = [f"fine-tune {r}" for r in ("target", "retain") if (r, variant) not in state["finetune"]]
+        missing += [f"evaluate {r}" for r in ("target", "retain") if (r, variant) not in state["eval"]]
+        for method in methods:
+            done, planned = len(state["sweep"].get((variant, method), {})), len(sweep(method, variant))
+            if done < planned:
+                missing.append(f"{method} sweep {done}/{planned}")
+            elif (seeds := len(state["seeds"].get((variant, method), []))) < len(TEST_SEEDS):
+                missing.append(f"{method} seeds {seeds}/{len(TEST_SEEDS)}")
+        if missing:
+            target = state["finetune"].get(("target", variant))
+            where = f", on {' or '.join(made_on_kinds(target))} (`--variants {variant}`)" if target else ""
+            lines.append(f"- {variant}{where}: " + "; ".join(missing))
+    if not lines:
         return ""
-    return "### Not yet run\n\nThese stages are not cached yet (the run resumes them): " + "; ".join(missing) + "."
+    return "### Not yet run\n\nThese stages are not cached yet (the run resumes them):\n\n" + "\n".join(lines)
 
 
 def reported_variants(protocol: Protocol, variants: list[str]) -> list[str]:

@@ -11,7 +11,8 @@ from trustlit.hardware import cpu_kind, machine, recorded_cpu_kind, slow_cpu_bf1
 ZEN3 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma\n"
 ZEN4 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f avx512bw avx512_bf16 avx512_vnni\n"
 SAPPHIRE_RAPIDS = (
-    "model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: avx2 avx512f avx512_bf16 avx512_fp16 amx_bf16 amx_tile\n"
+    "model name\t: Intel(R) Xeon(R) Processor\n"
+    "flags\t\t: avx2 avx512f avx512bw avx512_bf16 avx512_fp16 amx_bf16 amx_tile\n"
 )
 
 
@@ -28,11 +29,15 @@ def test_the_cpu_kind_is_read_back_from_a_machine_text_old_or_new():
     assert recorded_cpu_kind(old) == "AMD EPYC"
     gpu = "Intel(R) Xeon(R) Processor [amx_bf16], 16 cores (16 available to the process), GPU NVIDIA H100 80GB HBM3"
     assert recorded_cpu_kind(gpu) == "Intel(R) Xeon(R) Processor [amx_bf16]"
+    commas = "CPU, rev. 2 [avx512f], 4 cores (4 available to the process), CPU only"
+    assert recorded_cpu_kind(commas) == "CPU, rev. 2 [avx512f]"
 
 
-def test_bf16_is_slow_on_an_x86_cpu_without_avx512_bf16_or_amx():
+def test_bf16_is_slow_on_an_x86_cpu_where_torch_has_no_onednn_bf16():
     assert slow_cpu_bf16(ZEN3)
     assert not slow_cpu_bf16(ZEN4) and not slow_cpu_bf16(SAPPHIRE_RAPIDS)
+    assert not slow_cpu_bf16("flags\t\t: avx2 avx512f avx512bw avx512vl avx512dq\n")  # Cascade Lake: emulated in oneDNN
+    assert not slow_cpu_bf16("flags\t\t: avx2 avx_vnni avx_ne_convert\n")  # AVX2 with bf16 conversion
     assert not slow_cpu_bf16("model name\t: Neoverse-V2\n")  # not x86: nothing known, no warning
 
 
@@ -42,7 +47,7 @@ def cpu_trainer(precision: str) -> L.Trainer:
 
 def test_bf16_on_a_cpu_without_native_bf16_warns_in_one_line_and_float32_does_not(monkeypatch, recwarn):
     monkeypatch.setattr(hardware, "slow_cpu_bf16", lambda: True)
-    with pytest.warns(UserWarning, match=r"trainer.precision=bf16-mixed on this .*set --trainer.precision=32-true"):
+    with pytest.warns(UserWarning, match=r"precision bf16-mixed on this .*use 32-true precision"):
         warn_slow_bf16(cpu_trainer("bf16-mixed"))
     recwarn.clear()
     warn_slow_bf16(cpu_trainer("32-true"))

@@ -22,6 +22,7 @@ from benchmarks.unlearning_protocol import (  # noqa: E402
     degenerate,
     made_on_kinds,
     render_methods,
+    render_pending,
     run_order,
     run_protocol,
     select,
@@ -116,8 +117,23 @@ def target_made_on_another_cpu(tmp_path: Path, *extra: str) -> tuple[Protocol, s
     return protocol, name
 
 
+def target_recorded_on(tmp_path: Path, machine_text: str) -> tuple[Protocol, str]:
+    """The record of a quick run's target fine-tune, written without training, that says ``machine_text`` made it;
+    this checkout lacks its files."""
+    protocol = Protocol(quick_args(tmp_path, "--phase", "gate"))
+    protocol.data()  # the configuration names the data stage's digest
+    name = protocol.stage("finetune", "target", "full")
+    protocol.cache.run(name, protocol.finetune_config("target", "full"), lambda directory: {"weights_sha256": "ab12"})
+    path = protocol.cache.record_directory(name) / "stage.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "machine": machine_text}))
+    (protocol.cache.path(name) / "stage.json").unlink()
+    return protocol, name
+
+
 def test_recomputing_a_fine_tune_made_on_another_cpu_stops_before_it_starts(tmp_path: Path):
-    protocol, name = target_made_on_another_cpu(tmp_path)
+    protocol, name = target_recorded_on(
+        tmp_path, "Other CPU Model 9000, 2 cores (2 available to the process), CPU only"
+    )
     with pytest.raises(SystemExit, match=f"{name}: .*made on Other CPU Model 9000.*--other-cpu"):
         protocol.finetune("target", "full", files=True)
     assert not protocol.cache.has_files(name, protocol.finetune_config("target", "full"))
@@ -138,12 +154,25 @@ def test_a_run_is_drawn_as_collapsed_from_half_its_forget_answers_degenerate_and
     assert not degenerate({"forget_quality": 0.4})  # recorded before the rate
 
 
+def test_the_stages_still_to_run_name_the_cpu_kind_that_can_run_them():
+    xeon = {"machine": "Intel(R) Xeon(R) Processor, 2 cores (2 available to the process), CPU only", "result": {}}
+    state = {
+        "finetune": {("target", "lora"): xeon, ("retain", "lora"): xeon},
+        "eval": {("target", "lora"): {}, ("retain", "lora"): {}},
+        "sweep": {("lora", "NPO"): {"lr0.0001": {}, "lr0.0003": {}, "lr0.001": {}}},
+        "seeds": {("lora", "NPO"): [{}]},
+    }
+    pending = render_pending(state, ["lora"], ["NPO", "KL"])
+    kind = "Intel(R) Xeon(R) Processor [avx512f avx512_bf16 avx512_fp16 amx_bf16]"
+    assert pending.endswith(f"- lora, on {kind} (`--variants lora`): NPO seeds 1/3; KL sweep 0/3")
+    done = {**state, "seeds": {("lora", "NPO"): [{}] * 3}, "sweep": {**state["sweep"], ("lora", "KL"): {"a": {}}}}
+    assert render_pending(done, ["lora"], ["NPO"]) == ""
+
+
 def test_a_legacy_amd_record_is_not_recomputed_on_an_epyc_without_its_bf16_instructions(tmp_path: Path, monkeypatch):
     """A record from before machine texts named the bf16 ISA says only "AMD EPYC": its chain was made on a Zen 4, so a
     Zen 3 (the same model name) must stop before the fine-tune, and the Zen 4 may go on."""
-    protocol, name = target_made_on_another_cpu(tmp_path)
-    path = protocol.cache.record_directory(name) / "stage.json"
-    path.write_text(path.read_text().replace("Other CPU Model 9000", "AMD EPYC"))
+    protocol, name = target_recorded_on(tmp_path, "AMD EPYC, 2 cores (2 available to the process), CPU only")
     monkeypatch.setattr(protocol_module, "cpu_kind", lambda: "AMD EPYC [no AVX-512]")
     with pytest.raises(
         SystemExit, match=r"made on AMD EPYC \[avx512f avx512_bf16\], not on this AMD EPYC \[no AVX-512\]"
@@ -255,7 +284,7 @@ def test_every_method_runs_on_a_quick_lora_target_and_the_report_renders(tmp_pat
     only_full = quick_args(tmp_path, "--render-only", "--variants", "full", "--methods", "NPO")
     rerendered = protocol_module.protocol_section(only_full)
     assert all(f"| {method} (lora) |" in rerendered for method in methods)
-    assert "NPO (full) sweep 0/" in rerendered
+    assert "- full: fine-tune target; fine-tune retain; " in rerendered and "; NPO sweep 0/" in rerendered
 
 
 def test_a_new_checkout_rebuilds_a_lora_fine_tune_from_its_committed_adapters_without_training(tmp_path: Path, capsys):

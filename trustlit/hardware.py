@@ -1,9 +1,10 @@
 """What a run's numbers depend on beyond its code: the CPU kind (model name and bf16 instructions) and the machine.
 
 Two CPUs with one model name can differ in the x86 extensions by which oneDNN and torch choose their bf16 kernels
-(an "AMD EPYC" Zen 3 has none of :data:`BF16_ISA`, a Zen 4 the first two): they round bf16 training differently,
-and without AVX-512 BF16 or AMX a bf16 matmul is far slower than a float32 one (measured on the Zen 3: 2.92 s
-against 0.024 s for 2048 x 576 by 576 x 1536 on 2 threads, about 120x; docs/benchmarks/unlearning.md).
+(an "AMD EPYC" Zen 3 has none of :data:`BF16_ISA`, a Zen 4 the first two): they round bf16 training differently.
+Where torch finds neither AVX-512 nor AVX-NE-CONVERT (:data:`ONEDNN_BF16`), it has no oneDNN bf16 kernels and a bf16
+matmul is far slower than a float32 one (measured on the Zen 3: 2.92 s against 0.024 s for 2048 x 576 by 576 x 1536
+on 2 threads, about 120x; docs/benchmarks/unlearning.md).
 """
 
 from __future__ import annotations
@@ -12,13 +13,17 @@ import os
 import platform
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import lightning as L
 import torch
-from lightning.pytorch.accelerators import CPUAccelerator
+
+if TYPE_CHECKING:
+    import lightning as L
 
 BF16_ISA = ("avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16")
-NATIVE_BF16 = ("avx512_bf16", "amx_bf16")  # either gives oneDNN native bf16 dot products
+# torch's oneDNN bf16 check (ideep's has_bf16_type_support): AVX-512 core (emulated bf16 dot products) or AVX2 with
+# AVX-NE-CONVERT; AMX implies the first. Without either, bf16 falls back to torch's own slow kernels.
+ONEDNN_BF16 = ("avx512bw", "avx_ne_convert")
 
 
 def read_cpuinfo() -> str:
@@ -41,30 +46,39 @@ def cpu_model(cpuinfo: str | None = None) -> str:
     return name or platform.processor() or "unknown"
 
 
+def cpu_flags(cpuinfo: str) -> set[str] | None:
+    """The first processor's x86 feature flags in /proc/cpuinfo's text (None off x86 Linux)."""
+    flags = cpuinfo_field(cpuinfo, "flags")
+    return None if flags is None else set(flags.split())
+
+
 def cpu_kind(cpuinfo: str | None = None) -> str:
     """The CPU's model name and which of :data:`BF16_ISA` it has, e.g. ``AMD EPYC [avx512f avx512_bf16]`` or
-    ``AMD EPYC [no AVX-512]``: the machines whose bf16 arithmetic is the same (no brackets off x86 Linux)."""
+    ``AMD EPYC [no AVX-512]``: CPUs of one kind choose the same bf16 kernels as far as these flags tell (no
+    brackets off x86 Linux)."""
     cpuinfo = read_cpuinfo() if cpuinfo is None else cpuinfo
-    flags = cpuinfo_field(cpuinfo, "flags")
+    flags = cpu_flags(cpuinfo)
     if flags is None:
         return cpu_model(cpuinfo)
-    present = [flag for flag in BF16_ISA if flag in flags.split()]
+    present = [flag for flag in BF16_ISA if flag in flags]
     return f"{cpu_model(cpuinfo)} [{' '.join(present) or 'no AVX-512'}]"
 
 
 def slow_cpu_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether this is an x86 CPU without native bf16 dot products (:data:`NATIVE_BF16`), where bf16 runs emulated."""
-    flags = cpuinfo_field(read_cpuinfo() if cpuinfo is None else cpuinfo, "flags")
-    return flags is not None and not set(NATIVE_BF16) & set(flags.split())
+    """Whether this is an x86 CPU on which torch has no oneDNN bf16 kernels (none of :data:`ONEDNN_BF16`)."""
+    flags = cpu_flags(read_cpuinfo() if cpuinfo is None else cpuinfo)
+    return flags is not None and not flags & set(ONEDNN_BF16)
 
 
 def warn_slow_bf16(trainer: L.Trainer) -> None:
-    """Warn, in one line, when ``trainer`` runs bf16 on a CPU without native bf16 (:func:`slow_cpu_bf16`)."""
+    """Warn, in one line, when ``trainer`` runs bf16 on a CPU where torch has no oneDNN bf16 (:func:`slow_cpu_bf16`)."""
+    from lightning.pytorch.accelerators import CPUAccelerator  # here: importing trustlit.stages needs no Lightning
+
     precision = str(trainer.precision)
     if precision.startswith("bf16") and isinstance(trainer.accelerator, CPUAccelerator) and slow_cpu_bf16():
         warnings.warn(
-            f"trainer.precision={precision} on this {cpu_kind()}, which has neither avx512_bf16 nor amx_bf16: bf16 "
-            "runs emulated there, about 120x slower than float32 in a measured matmul; set --trainer.precision=32-true",
+            f"precision {precision} on this {cpu_kind()}, which has neither AVX-512 nor AVX-NE-CONVERT: torch runs "
+            "bf16 there without oneDNN, about 120x slower than float32 in a measured matmul; use 32-true precision",
             stacklevel=2,
         )
 
