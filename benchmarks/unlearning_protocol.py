@@ -677,9 +677,9 @@ COLUMNS = {
 # Model Utility's nine terms (UnlearningEvaluation: prob, ROUGE-L, truth ratio of each non-forget split)
 UTILITY_TERMS = [f"{split}_{key}" for split in ("retain", *GENERAL_SPLITS) for key in SUMMARY_KEYS]
 SWEEP_TERMS = {"retain_rougeL": "retain ROUGE-L", "real_authors_rougeL": "real_authors ROUGE-L"}
+DEGENERATE_SHARE = 0.5  # of the forget answers: a setting drawn hollow in the scatter (collapse, not forgetting)
 # The greedy forget answers' mean length: ROUGE-L recall against TOFU's short references grows with the length of an
 # answer, so a method that stops its answers from ending gains real_authors ROUGE-L and, through it, MU.
-DEGENERATE_SHARE = 0.5  # of the forget answers: a setting drawn hollow in the scatter (collapse, not forgetting)
 ANSWER_CHARS, ANSWER_COLUMN = "forget_answer_chars", "forget answer (chars)"
 
 

@@ -103,17 +103,23 @@ def test_the_unlearning_batches_follow_the_run_seed(tmp_path: Path):
     assert [protocol.forget_retain_data(source, seed).seed for seed in (1, 2)] == [1, 2]
 
 
+OTHER_CPU = "Other CPU Model 9000, 2 cores (2 available to the process), CPU only"
+
+
+def say_made_on(protocol: Protocol, name: str, machine_text: str) -> None:
+    """Let stage ``name``'s committed record say ``machine_text`` made it, and drop this checkout's files of it."""
+    path = protocol.cache.record_directory(name) / "stage.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "machine": machine_text}))
+    (protocol.cache.path(name) / "stage.json").unlink()
+
+
 def target_made_on_another_cpu(tmp_path: Path, *extra: str) -> tuple[Protocol, str]:
     """A quick run's fine-tuned target whose committed record says another kind of CPU made it, and whose files
     this checkout lacks."""
     protocol = Protocol(quick_args(tmp_path, "--phase", "gate", *extra))
     protocol.finetune("target", "full")
-    name = f"finetune/{protocol.model('target', 'full')}"
-    path = protocol.cache.record_directory(name) / "stage.json"
-    record = json.loads(path.read_text())
-    record["machine"] = "Other CPU Model 9000, 2 cores (2 available to the process), CPU only"
-    path.write_text(json.dumps(record))
-    (protocol.cache.path(name) / "stage.json").unlink()
+    name = protocol.stage("finetune", "target", "full")
+    say_made_on(protocol, name, OTHER_CPU)
     return protocol, name
 
 
@@ -124,16 +130,12 @@ def target_recorded_on(tmp_path: Path, machine_text: str) -> tuple[Protocol, str
     protocol.data()  # the configuration names the data stage's digest
     name = protocol.stage("finetune", "target", "full")
     protocol.cache.run(name, protocol.finetune_config("target", "full"), lambda directory: {"weights_sha256": "ab12"})
-    path = protocol.cache.record_directory(name) / "stage.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), "machine": machine_text}))
-    (protocol.cache.path(name) / "stage.json").unlink()
+    say_made_on(protocol, name, machine_text)
     return protocol, name
 
 
 def test_recomputing_a_fine_tune_made_on_another_cpu_stops_before_it_starts(tmp_path: Path):
-    protocol, name = target_recorded_on(
-        tmp_path, "Other CPU Model 9000, 2 cores (2 available to the process), CPU only"
-    )
+    protocol, name = target_recorded_on(tmp_path, OTHER_CPU)
     with pytest.raises(SystemExit, match=f"{name}: .*made on Other CPU Model 9000.*--other-cpu"):
         protocol.finetune("target", "full", files=True)
     assert not protocol.cache.has_files(name, protocol.finetune_config("target", "full"))
