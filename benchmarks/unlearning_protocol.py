@@ -73,7 +73,12 @@ from trustlit.unlearning import (
 from trustlit.unlearning.evaluation import GENERAL_SPLITS
 
 PHASES = ("gate", "finetune", "evaluate", "sweep", "seeds")
-VARIANTS = ("full", "lora")
+VARIANTS = ("full", "lora", "full-fp32", "lora-fp32")
+# A "-fp32" variant unlearns and evaluates its base variant's target in float32, against the base variant's FQ
+# reference (the retain model's evaluation, kept as that chain computed it): the chain a CPU without fast bf16 can grow
+# (an AMD EPYC Zen 3 runs bf16 matmuls about 120x slower than float32 ones), on any kind of CPU when the target's LoRA
+# adapters are committed, since float32 kernels differ across CPUs only in summation order.
+FLOAT32 = "-fp32"
 # TOFU's released LoRA (config/finetune_lora.yaml, forget_lora.yaml): r 8, alpha 32, dropout 0.05, on every linear
 # layer but the head (its find_all_linear_names; peft's "all-linear" excludes the head the same way).
 LORA = {"r": 8, "lora_alpha": 32, "lora_dropout": 0.05, "target_modules": "all-linear"}
@@ -95,6 +100,7 @@ SWEEP_SEED, TEST_SEEDS = 0, (1, 2, 3)
 EVAL_VERSION = 1
 EVAL_FILE = "unlearning_eval.json"
 READING_FILE = "READING.md"
+ANY_CPU = "any CPU"
 ADAPTERS_FILE = "adapters.safetensors"  # a LoRA fine-tune's adapters, committed: a checkout rebuilds its checkpoint
 REPRODUCED = ("weights_sha256", "forget_rougeL_probe", "real_authors_rougeL_probe")  # of a recomputed fine-tune
 PRECISIONS = ("bf16-mixed", "32-true")
@@ -152,6 +158,11 @@ OWN_SCHEDULE = {"LUNAR", "AttentionShifting", "AttentionShifting-trustlit"}
 EPOCHS = {"LUNAR": 20}  # LUNAR's released config; every other method: 10 epochs
 
 
+def trained(variant: str) -> str:
+    """What ``variant``'s fine-tunes train: ``full`` or ``lora`` (a ``-fp32`` variant shares its base's models)."""
+    return variant.removesuffix(FLOAT32)
+
+
 def sweep(method: str, variant: str) -> list[dict[str, Any]]:
     """The settings swept for ``method`` on the ``variant`` target, in the report's order (see :func:`run_order`)."""
     if method in OWN_SWEEPS:
@@ -187,7 +198,9 @@ class Protocol:
         # TOFU by content, not by path: the committed records stay valid in a checkout elsewhere
         self.tofu_digest = files_digest(args.tofu)
 
-    def trainer(self, directory: Path, name: str, epochs: int, every: int, clip: float | None) -> L.Trainer:
+    def trainer(
+        self, directory: Path, name: str, epochs: int, every: int, clip: float | None, precision: str
+    ) -> L.Trainer:
         """The Trainer of a fine-tuning or unlearning stage: effective batch 32, gradients clipped at ``clip``."""
         return bare_trainer(
             [Progress(name, every)],
@@ -196,14 +209,19 @@ class Protocol:
             max_epochs=epochs,
             accumulate_grad_batches=EFFECTIVE_BATCH // MICRO_BATCH,
             gradient_clip_val=clip,
-            precision=self.args.precision,
+            precision=precision,
         )
 
-    def autocast(self) -> Any:
-        """bf16 autocast for what runs outside a training step (generation and scoring in the evaluation),
-        matching ``--precision``; TOFU fine-tunes and evaluates in bf16 too."""
+    def autocast(self, precision: str) -> Any:
+        """bf16 autocast for what runs outside a training step (generation and scoring in the evaluation) when the
+        stage's ``precision`` is bf16-mixed; TOFU fine-tunes and evaluates in bf16 too."""
         device = "cuda" if torch.cuda.is_available() and self.args.accelerator != "cpu" else "cpu"
-        return torch.autocast(device, dtype=torch.bfloat16, enabled=self.args.precision == "bf16-mixed")
+        return torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
+
+    def precision(self, variant: str) -> str:
+        """The precision of ``variant``'s unlearning runs and target evaluation: float32 for a ``-fp32`` variant,
+        else ``--precision`` (that of every fine-tune)."""
+        return "32-true" if variant.endswith(FLOAT32) else self.args.precision
 
     def finetune_lr(self, variant: str) -> float:
         return self.for_variant("finetune_lr", variant)
@@ -212,15 +230,15 @@ class Protocol:
         return self.for_variant("finetune_epochs", variant)
 
     def for_variant(self, option: str, variant: str) -> Any:
-        """``--<option>`` for the full-parameter variant, ``--<option>-lora`` for LoRA."""
-        return getattr(self.args, option if variant == "full" else f"{option}_lora")
+        """``--<option>`` for the full-parameter variants, ``--<option>-lora`` for LoRA."""
+        return getattr(self.args, option if trained(variant) == "full" else f"{option}_lora")
 
     def model(self, role: str, variant: str) -> str:
         """``target-full-lr0.0003`` (``-ep10`` when not 5 epochs): a fine-tuned model is named by its learning
         rate and epochs, so that the attempts at the memorisation gate stay side by side in the cache (and in the
         report)."""
         epochs = self.finetune_epochs(variant)
-        return f"{role}-{variant}-lr{self.finetune_lr(variant):g}" + (
+        return f"{role}-{trained(variant)}-lr{self.finetune_lr(variant):g}" + (
             "" if epochs == FINETUNE_EPOCHS else f"-ep{epochs}"
         )
 
@@ -257,7 +275,7 @@ class Protocol:
             module = CausalLMFineTuning(
                 lm={"name_or_path": config["model"], "tiny": config["tiny"] or {}}, generate=False
             )
-            with self.autocast():
+            with self.autocast(self.args.precision):
                 return answer_probes(module, source, self.splits["forget"])
 
         self.progress("base", config)
@@ -269,7 +287,7 @@ class Protocol:
             "model": self.args.model,
             "data": self.data_id(),
             "split": self.splits[role],
-            "lora": LORA if variant == "lora" else None,
+            "lora": LORA if trained(variant) == "lora" else None,
             "lr": self.finetune_lr(variant),
             "epochs": self.finetune_epochs(variant),
             "effective_batch": EFFECTIVE_BATCH,
@@ -284,8 +302,10 @@ class Protocol:
         }
 
     def stage(self, kind: str, role: str, variant: str) -> str:
-        """The cache name of ``role``'s ``kind`` stage (``finetune`` or ``eval``) on ``variant``."""
-        return f"{kind}/{self.model(role, variant)}"
+        """The cache name of ``role``'s ``kind`` stage (``finetune`` or ``eval``) on ``variant``; a ``-fp32``
+        variant's target evaluation is its own (``eval/<model>-fp32``), its fine-tunes and FQ reference its base's."""
+        own = kind == "eval" and role == "target" and variant.endswith(FLOAT32)
+        return f"{kind}/{self.model(role, variant)}" + (FLOAT32 if own else "")
 
     def finetune(self, role: str, variant: str, files: bool = False) -> Path:
         """The fine-tuned checkpoint of ``role``; ``files``: make sure this checkout has it (a new checkout has
@@ -307,14 +327,14 @@ class Protocol:
             )
             module = finetune_module(config, steps_per_epoch(source, config["split"]))
             # no clipping: the benchmark's first fine-tunes ran without it (the HF Trainer's default clips at 1)
-            trainer = self.trainer(directory, name, config["epochs"], every=5, clip=None)
+            trainer = self.trainer(directory, name, config["epochs"], every=5, clip=None, precision=config["precision"])
             began = time.perf_counter()
             trainer.fit(module, data)
             seconds = time.perf_counter() - began
             trainer.save_checkpoint(directory / "model.ckpt", weights_only=True)
             if config["lora"]:
                 save_safetensors_atomic(adapter_weights(module.model), directory / ADAPTERS_FILE)
-            with self.autocast():
+            with self.autocast(config["precision"]):
                 probes = answer_probes(module, source, self.splits["forget"])
             probes["weights_sha256"] = tensors_digest(module.model.state_dict())
             return {"train_seconds": seconds, "optimizer_steps": trainer.global_step, **probes}
@@ -326,17 +346,18 @@ class Protocol:
             save_weights_checkpoint(module, directory / "model.ckpt")
             return {"weights_sha256": tensors_digest(module.model.state_dict())}
 
-        if files and self.cache.done(name, config) and not self.cache.has_files(name, config):
-            self.refuse_other_cpu(name)
         lora = {"keep": (ADAPTERS_FILE,), "restore": restore} if config["lora"] else {}
-        self.progress(name, config, files, restorable=bool(lora) and self.cache.restorable(name, lora["keep"]))
+        restorable = bool(lora) and self.cache.restorable(name, lora["keep"])
+        if files and self.cache.done(name, config) and not self.cache.has_files(name, config):
+            self.refuse_other_cpu(name, variant, restorable)
+        self.progress(name, config, files, restorable=restorable)
         # every later stage was computed from the recorded weights: a recomputation must give them again (the
         # digest; records older than it have the probes, which equal weights give and most changes move)
         self.cache.run(name, config, train, files=files, reproduce=REPRODUCED, **lora)
         return self.cache.path(name) / "model.ckpt"
 
     # evaluation
-    def evaluate_config(self, model_stage: str, reference_stage: str | None) -> dict[str, Any]:
+    def evaluate_config(self, model_stage: str, reference_stage: str | None, precision: str) -> dict[str, Any]:
         return {
             "model": self.cache.record(model_stage)["config_digest"],
             "reference": self.cache.record(reference_stage)["config_digest"] if reference_stage else None,
@@ -348,7 +369,7 @@ class Protocol:
             "max_length": MAX_LENGTH,
             "batch_size": EVAL_BATCH,
             "max_samples": self.args.eval_samples,
-            "precision": self.args.precision,
+            "precision": precision,
             "splits": self.eval_splits(),
         }
 
@@ -360,8 +381,9 @@ class Protocol:
             "world_facts_split": "world_facts_perturbed",
         }
 
-    def evaluation(self, module: L.LightningModule, directory: Path, reference: Path | None) -> dict:
-        """TOFU's metrics of ``module`` (through ``trainer.test``: one forget batch, then the callback)."""
+    def evaluation(self, module: L.LightningModule, directory: Path, reference: Path | None, precision: str) -> dict:
+        """TOFU's metrics of ``module`` in ``precision`` (through ``trainer.test``: one forget batch, then the
+        callback)."""
         callback = UnlearningEvaluation(
             **self.eval_splits(),
             reference=str(reference) if reference else None,
@@ -380,22 +402,25 @@ class Protocol:
         )
         began = time.perf_counter()
         tester = bare_trainer([callback], root=directory, accelerator=self.args.accelerator, limit_test_batches=1)
-        with self.autocast():
+        with self.autocast(precision):
             tester.test(module, data, verbose=False)
         return {**callback.results, "eval_seconds": time.perf_counter() - began}
 
     def evaluate_model(self, role: str, variant: str) -> dict:
+        if role == "retain":  # the FQ reference of every variant on these models: as the base variant computed it
+            variant = trained(variant)
         model_stage = self.stage("finetune", role, variant)
         reference_stage = None if role == "retain" else self.stage("eval", "retain", variant)
         name = self.stage("eval", role, variant)
-        config = self.evaluate_config(model_stage, reference_stage)
+        precision = self.precision(variant)
+        config = self.evaluate_config(model_stage, reference_stage, precision)
         reference = self.cache.file(reference_stage, EVAL_FILE) if reference_stage else None
         self.weights_for(name, config, role, variant)
 
         def run(directory: Path) -> dict:
             checkpoint = self.cache.path(model_stage) / "model.ckpt"
             module = CausalLMFineTuning(lm={"name_or_path": str(checkpoint)}, generate=False)
-            return self.evaluation(module, directory, reference)
+            return self.evaluation(module, directory, reference, precision)
 
         self.progress(name, config)
         return self.cache.run(name, config, run, keep=(EVAL_FILE,))
@@ -405,14 +430,14 @@ class Protocol:
         name = f"lunar-layer/{variant}"
         target = self.cache.path(self.stage("finetune", "target", variant)) / "model.ckpt"
         target_record = self.cache.record(self.stage("finetune", "target", variant))
-        config = {"target": target_record["config_digest"], "search_samples": 16, "precision": self.args.precision}
+        config = {"target": target_record["config_digest"], "search_samples": 16, "precision": self.precision(variant)}
         source = self.data()
         self.weights_for(name, config, "target", variant)
 
         def search(directory: Path) -> dict:
             module = LUNAR(lm={"name_or_path": str(target)}, layer="search", search_samples=16, generate=False)
             searcher = bare_trainer(
-                root=directory, accelerator=self.args.accelerator, max_steps=0, precision=self.args.precision
+                root=directory, accelerator=self.args.accelerator, max_steps=0, precision=config["precision"]
             )
             searcher.fit(module, self.forget_retain_data(source, seed=0))
             return module.layer_search
@@ -437,11 +462,11 @@ class Protocol:
 
     # unlearning
     def unlearn_config(self, variant: str, method: str, setting: Mapping[str, Any], seed: int) -> dict[str, Any]:
+        precision = self.precision(variant)
+        target, reference = self.stage("finetune", "target", variant), self.stage("eval", "retain", variant)
         config = {
-            "target": self.cache.record(self.stage("finetune", "target", variant))["config_digest"],
-            "evaluation": config_digest(
-                self.evaluate_config(self.stage("finetune", "target", variant), self.stage("eval", "retain", variant))
-            ),
+            "target": self.cache.record(target)["config_digest"],
+            "evaluation": config_digest(self.evaluate_config(target, reference, precision)),
             "method": method,
             "setting": dict(setting),
             "schedule": "released" if method in OWN_SCHEDULE else "tofu",
@@ -450,7 +475,7 @@ class Protocol:
             "micro_batch": MICRO_BATCH,
             "gradient_clip": UNLEARN_CLIP,
             "seed": seed,
-            "precision": self.args.precision,
+            "precision": precision,
         }
         if adapts_with_lora(variant, method):
             config["evaluated"] = "adapters merged"  # see merge_adapters
@@ -473,12 +498,14 @@ class Protocol:
             data = self.forget_retain_data(source, seed)
             chosen = {**setting, "layer": config["layer"]} if "layer" in config else setting
             module = build_method(method, target, chosen, variant, steps_per_epoch(source, self.splits["forget"]))
-            trainer = self.trainer(directory, name, config["epochs"], every=2, clip=config["gradient_clip"])
+            trainer = self.trainer(
+                directory, name, config["epochs"], every=2, clip=config["gradient_clip"], precision=config["precision"]
+            )
             began = time.perf_counter()
             trainer.fit(module, data)
             fit_seconds = time.perf_counter() - began
             merge_adapters(module)
-            return {**self.evaluation(module, directory, reference), "fit_seconds": fit_seconds}
+            return {**self.evaluation(module, directory, reference, config["precision"]), "fit_seconds": fit_seconds}
 
         self.progress(name, config)
         return self.cache.run(name, config, run, keep=(EVAL_FILE,))
@@ -488,12 +515,13 @@ class Protocol:
         if not self.cache.done(name, config):
             self.finetune(role, variant, files=True)
 
-    def refuse_other_cpu(self, name: str) -> None:
-        """Stop before recomputing fine-tune ``name`` if another kind of CPU made it (unless ``--other-cpu``): its
-        bf16 kernels round otherwise, so the recomputation would end in StageNotReproduced after the whole fine-tune;
-        and a LoRA chain, whose checkpoint committed adapters rebuild anywhere, would mix two roundings in one sweep."""
-        made_on, here = made_on_kinds(self.cache.record(name)), cpu_kind()
-        if not self.args.other_cpu and here not in made_on:
+    def refuse_other_cpu(self, name: str, variant: str, restorable: bool) -> None:
+        """Stop before recomputing fine-tune ``name`` for ``variant`` if another kind of CPU made it (unless
+        ``--other-cpu``): its bf16 kernels round otherwise, so the recomputation would end in StageNotReproduced after
+        the whole fine-tune; and a bf16 LoRA chain, whose checkpoint committed adapters rebuild anywhere, would mix
+        two roundings in one sweep. A float32 variant on rebuilt adapters goes on (:meth:`runs_on`)."""
+        made_on, here = self.runs_on(variant, name, restorable), cpu_kind()
+        if not self.args.other_cpu and here not in made_on and ANY_CPU not in made_on:
             raise SystemExit(
                 f"{name}: a stage still to run needs its weights, which this checkout lacks, and it was made on "
                 f"{' / '.join(made_on)}, not on this {here}: another kind of CPU's bf16 kernels "
@@ -501,6 +529,14 @@ class Protocol:
                 "chain's rounding; run on that kind of machine (or with --variants of a chain made on this one), or "
                 "pass --other-cpu to try anyway"
             )
+
+    def runs_on(self, variant: str, name: str, restorable: bool) -> list[str]:
+        """The CPU kinds on which ``variant``'s chain grows from fine-tune ``name``: those that made it
+        (:func:`made_on_kinds`), or :data:`ANY_CPU` for a float32 variant whose fine-tune rebuilds from committed
+        adapters (bit for bit on any CPU; float32 kernels then differ only in summation order)."""
+        if restorable and self.precision(variant) == "32-true":
+            return [ANY_CPU]
+        return made_on_kinds(self.cache.record(name))
 
     def progress(self, name: str, config: Mapping[str, Any], files: bool = False, restorable: bool = False) -> None:
         if not self.cache.done(name, config):
@@ -610,7 +646,7 @@ def load_adapters(model: torch.nn.Module, adapters: Mapping[str, torch.Tensor], 
 def adapts_with_lora(variant: str, method: str) -> bool:
     """Whether an unlearning run trains LoRA adapters (the LoRA variant, for the methods that train the model's
     weights; the others keep their own parameters)."""
-    return variant == "lora" and method in ADAPTS_WITH_LORA
+    return trained(variant) == "lora" and method in ADAPTS_WITH_LORA
 
 
 def merge_adapters(module: L.LightningModule) -> None:
@@ -726,7 +762,7 @@ def run_protocol(protocol: Protocol, variants: list[str], methods: list[str], ph
 def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) -> dict[str, Any]:
     """Whatever stages are cached, read without computing anything."""
     cache = protocol.cache
-    state: dict[str, Any] = {"finetune": {}, "eval": {}, "sweep": {}, "seeds": {}, "chosen": {}}
+    state: dict[str, Any] = {"finetune": {}, "eval": {}, "sweep": {}, "seeds": {}, "chosen": {}, "runs_on": {}}
 
     def stored(name: str) -> Any:
         record = cache.record(name)
@@ -746,6 +782,9 @@ def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) ->
                 state["finetune"][role, variant] = record
             if result := stored(protocol.stage("eval", role, variant)):
                 state["eval"][role, variant] = result
+        if ("target", variant) in state["finetune"]:
+            target = protocol.stage("finetune", "target", variant)
+            state["runs_on"][variant] = protocol.runs_on(variant, target, cache.restorable(target, (ADAPTERS_FILE,)))
     for variant, method in itertools.product(variants, methods):
         settings = sweep(method, variant)
         runs = {
@@ -845,7 +884,10 @@ def header(args: argparse.Namespace) -> str:
 
 {scale}
 
-Precision: {args.precision} (TOFU trains and evaluates in bf16; autocast keeps fp32 master weights).
+Precision: {args.precision} (TOFU trains and evaluates in bf16; autocast keeps fp32 master weights). A `-fp32`
+variant (`lora-fp32`) unlearns and evaluates the same fine-tuned target in float32, against the same retain-model
+evaluation (the FQ reference): the chain a CPU without fast bf16 can grow; its target's float32 evaluation sits
+beside the bf16 one in the fine-tune table, which shows what the evaluation's precision alone moves.
 Fine-tuning (TOFU's recipe): {args.finetune_epochs} epochs (LoRA {args.finetune_epochs_lora}), effective batch
 {EFFECTIVE_BATCH} ({MICRO_BATCH} x {EFFECTIVE_BATCH // MICRO_BATCH} accumulated), AdamW weight decay 0.01, one warm-up
 epoch then linear decay, lr {args.finetune_lr} (full) / {args.finetune_lr_lora} (LoRA as TOFU's: {adapter(LORA)},
@@ -877,8 +919,9 @@ def render_finetune(protocol: Protocol) -> str:
     for name in names:
         if record := protocol.cache.record(f"finetune/{name}"):
             evaluation = protocol.cache.record(f"eval/{name}")
-            result = evaluation["result"] if evaluation else {}
-            rows.append(finetune_row(name, record, result))
+            rows.append(finetune_row(name, record, evaluation["result"] if evaluation else {}))
+            if in_float32 := protocol.cache.record(f"eval/{name}{FLOAT32}"):
+                rows.append(finetune_row(f"{name}, evaluated in float32", record, in_float32["result"]))
     if not rows:
         return ""
     header_row = [
@@ -898,7 +941,8 @@ def render_finetune(protocol: Protocol) -> str:
     return (
         "### Fine-tuned models\n\nThe untuned model and every learning rate tried; the probes are greedy ROUGE-L "
         "recall on the forget split and on `real_authors`, measured at the end of the fine-tune (before the "
-        "evaluation stage), the other columns the evaluation's. The gate reads the evaluation's forget ROUGE-L "
+        'evaluation stage), the other columns the evaluation\'s ("evaluated in float32": the same weights, the '
+        "float32 variant's evaluation). The gate reads the evaluation's forget ROUGE-L "
         "where there is one, else the probe's.\n\n" + table(header_row, rows)
     )
 
@@ -1034,7 +1078,7 @@ def lunar_wall_time(state: dict[str, Any], variants: list[str]) -> str:
 
 
 def render_pending(state: dict[str, Any], variants: list[str], methods: list[str]) -> str:
-    """The stages not cached yet, per variant, with the CPU kinds that can run them (those that made its target)."""
+    """The stages not cached yet, per variant, with the CPU kinds that can run them (:meth:`Protocol.runs_on`)."""
     lines = []
     for variant in variants:
         missing = [f"fine-tune {r}" for r in ("target", "retain") if (r, variant) not in state["finetune"]]
@@ -1046,8 +1090,8 @@ def render_pending(state: dict[str, Any], variants: list[str], methods: list[str
             elif (seeds := len(state["seeds"].get((variant, method), []))) < len(TEST_SEEDS):
                 missing.append(f"{method} seeds {seeds}/{len(TEST_SEEDS)}")
         if missing:
-            target = state["finetune"].get(("target", variant))
-            where = f", on {' or '.join(made_on_kinds(target))} (`--variants {variant}`)" if target else ""
+            kinds = state["runs_on"].get(variant)
+            where = f", on {' or '.join(kinds)} (`--variants {variant}`)" if kinds else ""
             lines.append(f"- {variant}{where}: " + "; ".join(missing))
     if not lines:
         return ""
@@ -1055,13 +1099,11 @@ def render_pending(state: dict[str, Any], variants: list[str], methods: list[str
 
 
 def reported_variants(protocol: Protocol, variants: list[str]) -> list[str]:
-    """The variants the report shows: the run's own and every other one with a fine-tuned target on record, so a run
-    of one variant does not drop the other's rows from the document it rewrites (which always lists every method)."""
-    return [
-        v
-        for v in VARIANTS
-        if v in variants or protocol.cache.record(protocol.stage("finetune", "target", v)) is not None
-    ]
+    """The variants the report shows: the run's own and every other one with its first stage on record (the target's
+    fine-tune; a float32 variant's: its target evaluation), so a run of one variant does not drop the other's rows from
+    the document it rewrites (which always lists every method)."""
+    first = {v: protocol.stage("eval" if v.endswith(FLOAT32) else "finetune", "target", v) for v in VARIANTS}
+    return [v for v in VARIANTS if v in variants or protocol.cache.record(first[v]) is not None]
 
 
 def protocol_section(args: argparse.Namespace) -> str:
@@ -1085,7 +1127,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--other-cpu", action="store_true", help="recompute a fine-tune made on another kind of CPU (default: stop)"
     )
     parser.add_argument("--accelerator", default="auto", help="Lightning accelerator of every stage (default auto)")
-    parser.add_argument("--variants", default="full", help="comma-separated from full,lora (default full)")
+    parser.add_argument(
+        "--variants",
+        default="full",
+        help="comma-separated from full,lora,full-fp32,lora-fp32 (-fp32: unlearn and evaluate that variant's target "
+        "in float32; default full)",
+    )
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
     parser.add_argument("--model", default=SMOLLM2_NAME, help="the pretrained model (default smollm2-135m-instruct)")
     parser.add_argument(
@@ -1138,6 +1185,11 @@ def finish_arguments(args: argparse.Namespace) -> None:
     for variant in comma_list(args.variants):
         if variant not in VARIANTS:
             raise SystemExit(f"--variants: unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+        if variant.endswith(FLOAT32) and args.precision == "32-true":
+            raise SystemExit(
+                f"--variants {variant} with --precision 32-true: the {trained(variant)} chain is then float32 "
+                f"already; use --variants {trained(variant)}"
+            )
     for method in comma_list(args.methods):
         if method not in METHODS:
             raise SystemExit(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
