@@ -11,7 +11,9 @@ kind of CPU that made its fine-tunes (``machine`` in their records: the model na
 has, :func:`trustlit.hardware.cpu_kind`; two AMD EPYCs may differ in them), and a run that would recompute one on
 another kind stops before it starts (``--other-cpu`` tries anyway). A LoRA fine-tune's adapters are committed beside
 its record (``adapters.safetensors``, about 10 MB): a new checkout rebuilds its checkpoint from them and the
-pretrained weights, bit for bit (the digest is checked), in seconds instead of a 35-minute fine-tune.
+pretrained weights, bit for bit (the digest is checked), in seconds instead of a 35-minute fine-tune. A ``-fp32``
+variant (``lora-fp32``) unlearns and evaluates its base variant's target in float32 against the base variant's
+retain-model evaluation: on rebuilt adapters it grows on any kind of CPU, one without fast bf16 included.
 
 1. ``data``: the TOFU subset (``tofu20``, the CPU default) or TOFU itself (``full``, for a GPU).
 2. ``finetune/<role>-<variant>``: the target (all authors) and the retain model (retain authors only),
