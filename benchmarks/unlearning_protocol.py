@@ -524,12 +524,13 @@ class Protocol:
         two roundings in one sweep. A float32 variant on rebuilt adapters goes on (:meth:`runs_on`)."""
         made_on, here = self.runs_on(variant, name, restorable), cpu_kind()
         if not self.args.other_cpu and here not in made_on and ANY_CPU not in made_on:
+            here_too = f"--variants {trained(variant)}{FLOAT32} (float32, on any CPU), " if restorable else ""
             raise SystemExit(
                 f"{name}: a stage still to run needs its weights, which this checkout lacks, and it was made on "
                 f"{' / '.join(made_on)}, not on this {here}: another kind of CPU's bf16 kernels "
                 "round otherwise, so the fine-tune would not give the recorded weights, nor the later stages the "
-                "chain's rounding; run on that kind of machine (or with --variants of a chain made on this one), or "
-                "pass --other-cpu to try anyway"
+                f"chain's rounding; run on that kind of machine (or with {here_too}--variants of a chain made on "
+                "this one), or pass --other-cpu to try anyway"
             )
 
     def runs_on(self, variant: str, name: str, restorable: bool) -> list[str]:

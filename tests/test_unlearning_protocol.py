@@ -31,6 +31,7 @@ from benchmarks.unlearning_protocol import (  # noqa: E402
 )
 from trustlit import CausalLMFineTuning  # noqa: E402
 from trustlit.checkpointing import read_checkpoint  # noqa: E402
+from trustlit.stages import config_digest  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -159,14 +160,18 @@ def test_a_run_is_drawn_as_collapsed_from_half_its_forget_answers_degenerate_and
 def test_the_stages_still_to_run_name_the_cpu_kind_that_can_run_them():
     xeon = {"machine": "Intel(R) Xeon(R) Processor, 2 cores (2 available to the process), CPU only", "result": {}}
     state = {
-        "finetune": {("target", "lora"): xeon, ("retain", "lora"): xeon},
-        "eval": {("target", "lora"): {}, ("retain", "lora"): {}},
+        "finetune": {(role, variant): xeon for role in ("target", "retain") for variant in ("lora", "lora-fp32")},
+        "eval": {("target", "lora"): {}, ("retain", "lora"): {}, ("retain", "lora-fp32"): {}},
         "sweep": {("lora", "NPO"): {"lr0.0001": {}, "lr0.0003": {}, "lr0.001": {}}},
         "seeds": {("lora", "NPO"): [{}]},
+        "runs_on": {"lora": made_on_kinds(xeon), "lora-fp32": ["any CPU"]},
     }
-    pending = render_pending(state, ["lora"], ["NPO", "KL"])
+    pending = render_pending(state, ["lora", "lora-fp32"], ["NPO", "KL"])
     kind = "Intel(R) Xeon(R) Processor [avx512f avx512_bf16 avx512_fp16 amx_bf16]"
-    assert pending.endswith(f"- lora, on {kind} (`--variants lora`): NPO seeds 1/3; KL sweep 0/3")
+    assert f"- lora, on {kind} (`--variants lora`): NPO seeds 1/3; KL sweep 0/3" in pending
+    assert pending.endswith(
+        "- lora-fp32, on any CPU (`--variants lora-fp32`): evaluate target; NPO sweep 0/3; KL sweep 0/3"
+    )
     done = {**state, "seeds": {("lora", "NPO"): [{}] * 3}, "sweep": {**state["sweep"], ("lora", "KL"): {"a": {}}}}
     assert render_pending(done, ["lora"], ["NPO"]) == ""
 
@@ -181,7 +186,7 @@ def test_a_legacy_amd_record_is_not_recomputed_on_an_epyc_without_its_bf16_instr
     ):
         protocol.finetune("target", "full", files=True)
     monkeypatch.setattr(protocol_module, "cpu_kind", lambda: "AMD EPYC [avx512f avx512_bf16]")
-    protocol.refuse_other_cpu(name)  # the kind that made it: no stop
+    protocol.refuse_other_cpu(name, "full", restorable=False)  # the kind that made it: no stop
 
 
 def test_a_fine_tune_was_made_on_its_kind_and_on_every_kind_that_reproduced_it_by_training():
@@ -305,17 +310,63 @@ def test_a_new_checkout_rebuilds_a_lora_fine_tune_from_its_committed_adapters_wi
     fresh.trainer = no_training
     capsys.readouterr()
     rebuilt = read_checkpoint(fresh.finetune("target", "lora", files=True))
+    key, weight = next((k, w) for k, w in made["state_dict"].items() if "lora_B" in k)
     assert f"{name}: rebuilding its files from the kept ones" in capsys.readouterr().out
     assert rebuilt["hyper_parameters"] == made["hyper_parameters"]
     assert made["state_dict"].keys() == rebuilt["state_dict"].keys()
     assert all(torch.equal(made["state_dict"][k], rebuilt["state_dict"][k]) for k in made["state_dict"])
     assert fresh.cache.record(name)["recomputed"][0]["restored"] == f"from the kept {protocol_module.ADAPTERS_FILE}"
+    # made on another kind of CPU: the bf16 chain stops (it would mix two roundings), the float32 one goes on
+    say_made_on(fresh, name, OTHER_CPU)
+    with pytest.raises(SystemExit, match=f"{name}: .*made on Other CPU Model 9000.*--variants lora-fp32 "):
+        fresh.finetune("target", "lora", files=True)
+    assert torch.equal(read_checkpoint(fresh.finetune("target", "lora-fp32", files=True))["state_dict"][key], weight)
     tokens = torch.arange(1, 9).unsqueeze(0)
     logits = [
         CausalLMFineTuning(lm={"name_or_path": str(cache.path(name) / "model.ckpt")}).model(tokens).logits
         for cache in (first.cache, fresh.cache)
     ]
     assert torch.equal(*logits)
+
+
+def test_a_float32_variant_shares_its_base_models_and_reference_and_evaluates_its_target_itself(tmp_path: Path):
+    places = ["--workdir", str(tmp_path / "w"), "--records", str(tmp_path / "r")]
+    protocol = Protocol(parse_args(["--sections", "protocol", "--variants", "lora-fp32", *places]))
+    for role in ("target", "retain"):
+        assert protocol.stage("finetune", role, "lora-fp32") == f"finetune/{role}-lora-lr0.003-ep10"
+    assert protocol.stage("eval", "retain", "lora-fp32") == "eval/retain-lora-lr0.003-ep10"
+    assert protocol.stage("eval", "target", "lora-fp32") == "eval/target-lora-lr0.003-ep10-fp32"
+    assert (protocol.precision("lora-fp32"), protocol.precision("lora")) == ("32-true", "bf16-mixed")
+    assert sweep("NPO", "lora-fp32") == sweep("NPO", "lora") and sweep("RMU", "full-fp32") == sweep("RMU", "full")
+    with pytest.raises(SystemExit, match=r"--variants lora-fp32 with --precision 32-true: .* use --variants lora"):
+        parse_args(["--sections", "protocol", "--variants", "lora-fp32", "--precision", "32-true", *places])
+
+
+@pytest.mark.slow
+def test_a_float32_chain_unlearns_the_bf16_chains_target_against_its_reference(tmp_path: Path, monkeypatch):
+    """After the bf16 chain's fine-tunes and evaluations, the float32 variant evaluates the target again in float32
+    (its own stage) and unlearns in float32 against the bf16 chain's retain-model evaluation, which it does not
+    recompute; the report shows both chains and both evaluations of the target."""
+    monkeypatch.setattr(protocol_module, "run_order", lambda settings: settings[:1])
+    run_protocol(Protocol(quick_args(tmp_path, "--variants", "lora")), ["lora"], [], "evaluate")
+    args = quick_args(tmp_path, "--ignore-gate", "--phase", "sweep", "--variants", "lora-fp32", "--methods", "NPO")
+    protocol = Protocol(args)
+    target, reference = (
+        protocol.stage(kind, role, "lora-fp32") for kind, role in (("finetune", "target"), ("eval", "retain"))
+    )
+    before = protocol.cache.record(reference)
+    report = protocol_module.protocol_section(args)
+    assert protocol.cache.record(reference) == before  # the FQ reference is the bf16 chain's, not recomputed
+    bf16, fp32 = (protocol.cache.record(protocol.stage("eval", "target", v)) for v in ("lora", "lora-fp32"))
+    assert (bf16["config"]["precision"], fp32["config"]["precision"]) == ("bf16-mixed", "32-true")
+    assert fp32["config"]["reference"] == bf16["config"]["reference"] == before["config_digest"]
+    assert fp32["result"]["forget_prob"] != bf16["result"]["forget_prob"]  # the precision reaches the evaluation
+    setting = setting_name(sweep("NPO", "lora-fp32")[0])
+    unlearned = protocol.cache.record(f"unlearn/lora-fp32/NPO/{setting}/seed0")["config"]
+    assert unlearned["precision"] == "32-true"
+    assert unlearned["evaluation"] == config_digest(protocol.evaluate_config(target, reference, "32-true"))
+    assert f"| NPO (lora-fp32) | {setting} |" in report
+    assert f"| {target.removeprefix('finetune/')}, evaluated in float32 |" in report
 
 
 def test_an_unlearning_runs_adapters_are_merged_before_its_evaluation():
