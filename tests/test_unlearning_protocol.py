@@ -277,7 +277,8 @@ def test_the_methods_table_shows_the_utility_terms_and_answer_length_over_the_se
 @pytest.mark.slow
 def test_every_method_runs_on_a_quick_lora_target_and_the_report_renders(tmp_path: Path, monkeypatch):
     """One setting of each method's sweep on a tiny LoRA target (RMU's released layer 7 is past its two layers; its
-    Model Utility is 0, so no single term has a threshold), then the report with a sweep row for each method."""
+    Model Utility is 0, so no single term has a threshold), then the report with a sweep row for each method; then the
+    float32 variant on the same target (sharing the bf16 chain's fine-tunes and evaluations keeps the suite short)."""
     monkeypatch.setattr(protocol_module, "run_order", lambda settings: settings[:1])
     methods = list(protocol_module.METHODS)
     every = ["--methods", ",".join(methods)]
@@ -294,6 +295,31 @@ def test_every_method_runs_on_a_quick_lora_target_and_the_report_renders(tmp_pat
     rerendered = protocol_module.protocol_section(only_full)
     assert all(f"| {method} (lora) |" in rerendered for method in methods)
     assert "- full: fine-tune target; fine-tune retain; " in rerendered and "; NPO sweep 0/" in rerendered
+    float32_chain_on_the_same_target(tmp_path)
+
+
+def float32_chain_on_the_same_target(tmp_path: Path) -> None:
+    """After a bf16 LoRA chain in ``tmp_path``: the float32 variant evaluates the target again in float32 (its own
+    stage) and unlearns in float32 against the bf16 chain's retain-model evaluation, which it does not recompute; the
+    report shows both evaluations of the target and the float32 chain's run."""
+    args = quick_args(tmp_path, "--ignore-gate", "--phase", "sweep", "--variants", "lora-fp32", "--methods", "NPO")
+    protocol = Protocol(args)
+    target, reference = (
+        protocol.stage(kind, role, "lora-fp32") for kind, role in (("finetune", "target"), ("eval", "retain"))
+    )
+    before = protocol.cache.record(reference)
+    report = protocol_module.protocol_section(args)
+    assert protocol.cache.record(reference) == before  # the FQ reference is the bf16 chain's, not recomputed
+    bf16, fp32 = (protocol.cache.record(protocol.stage("eval", "target", v)) for v in ("lora", "lora-fp32"))
+    assert (bf16["config"]["precision"], fp32["config"]["precision"]) == ("bf16-mixed", "32-true")
+    assert fp32["config"]["reference"] == bf16["config"]["reference"] == before["config_digest"]
+    assert fp32["result"]["forget_prob"] != bf16["result"]["forget_prob"]  # the precision reaches the evaluation
+    setting = setting_name(sweep("NPO", "lora-fp32")[0])
+    unlearned = protocol.cache.record(f"unlearn/lora-fp32/NPO/{setting}/seed0")["config"]
+    assert unlearned["precision"] == "32-true"
+    assert unlearned["evaluation"] == config_digest(protocol.evaluate_config(target, reference, "32-true"))
+    assert f"| NPO (lora-fp32) | {setting} |" in report and "| NPO (lora) |" in report
+    assert f"| {target.removeprefix('finetune/')}, evaluated in float32 |" in report
 
 
 def test_a_new_checkout_rebuilds_a_lora_fine_tune_from_its_committed_adapters_without_training(tmp_path: Path, capsys):
@@ -340,33 +366,6 @@ def test_a_float32_variant_shares_its_base_models_and_reference_and_evaluates_it
     assert sweep("NPO", "lora-fp32") == sweep("NPO", "lora") and sweep("RMU", "full-fp32") == sweep("RMU", "full")
     with pytest.raises(SystemExit, match=r"--variants lora-fp32 with --precision 32-true: .* use --variants lora"):
         parse_args(["--sections", "protocol", "--variants", "lora-fp32", "--precision", "32-true", *places])
-
-
-@pytest.mark.slow
-def test_a_float32_chain_unlearns_the_bf16_chains_target_against_its_reference(tmp_path: Path, monkeypatch):
-    """After the bf16 chain's fine-tunes and evaluations, the float32 variant evaluates the target again in float32
-    (its own stage) and unlearns in float32 against the bf16 chain's retain-model evaluation, which it does not
-    recompute; the report shows both chains and both evaluations of the target."""
-    monkeypatch.setattr(protocol_module, "run_order", lambda settings: settings[:1])
-    run_protocol(Protocol(quick_args(tmp_path, "--variants", "lora")), ["lora"], [], "evaluate")
-    args = quick_args(tmp_path, "--ignore-gate", "--phase", "sweep", "--variants", "lora-fp32", "--methods", "NPO")
-    protocol = Protocol(args)
-    target, reference = (
-        protocol.stage(kind, role, "lora-fp32") for kind, role in (("finetune", "target"), ("eval", "retain"))
-    )
-    before = protocol.cache.record(reference)
-    report = protocol_module.protocol_section(args)
-    assert protocol.cache.record(reference) == before  # the FQ reference is the bf16 chain's, not recomputed
-    bf16, fp32 = (protocol.cache.record(protocol.stage("eval", "target", v)) for v in ("lora", "lora-fp32"))
-    assert (bf16["config"]["precision"], fp32["config"]["precision"]) == ("bf16-mixed", "32-true")
-    assert fp32["config"]["reference"] == bf16["config"]["reference"] == before["config_digest"]
-    assert fp32["result"]["forget_prob"] != bf16["result"]["forget_prob"]  # the precision reaches the evaluation
-    setting = setting_name(sweep("NPO", "lora-fp32")[0])
-    unlearned = protocol.cache.record(f"unlearn/lora-fp32/NPO/{setting}/seed0")["config"]
-    assert unlearned["precision"] == "32-true"
-    assert unlearned["evaluation"] == config_digest(protocol.evaluate_config(target, reference, "32-true"))
-    assert f"| NPO (lora-fp32) | {setting} |" in report
-    assert f"| {target.removeprefix('finetune/')}, evaluated in float32 |" in report
 
 
 def test_an_unlearning_runs_adapters_are_merged_before_its_evaluation():
