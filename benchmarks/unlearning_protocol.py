@@ -351,7 +351,7 @@ class Protocol:
         lora = {"keep": (ADAPTERS_FILE,), "restore": restore} if config["lora"] else {}
         restorable = bool(lora) and self.cache.restorable(name, lora["keep"])
         if files and self.cache.done(name, config) and not self.cache.has_files(name, config):
-            self.refuse_other_cpu(name, variant, restorable)
+            self.refuse_other_cpu(name, variant)
         self.progress(name, config, files, restorable=restorable)
         # every later stage was computed from the recorded weights: a recomputation must give them again (the
         # digest; records older than it have the probes, which equal weights give and most changes move)
@@ -517,13 +517,14 @@ class Protocol:
         if not self.cache.done(name, config):
             self.finetune(role, variant, files=True)
 
-    def refuse_other_cpu(self, name: str, variant: str, restorable: bool) -> None:
+    def refuse_other_cpu(self, name: str, variant: str) -> None:
         """Stop before recomputing fine-tune ``name`` for ``variant`` if another kind of CPU made it (unless
         ``--other-cpu``): its bf16 kernels round otherwise, so the recomputation would end in StageNotReproduced after
         the whole fine-tune; and a bf16 LoRA chain, whose checkpoint committed adapters rebuild anywhere, would mix
         two roundings in one sweep. A float32 variant on rebuilt adapters goes on (:meth:`runs_on`)."""
-        made_on, here = self.runs_on(variant, name, restorable), cpu_kind()
+        made_on, here = self.runs_on(variant, name), cpu_kind()
         if not self.args.other_cpu and here not in made_on and ANY_CPU not in made_on:
+            restorable = self.cache.restorable(name, (ADAPTERS_FILE,))
             here_too = f"--variants {trained(variant)}{FLOAT32} (float32, on any CPU), " if restorable else ""
             raise SystemExit(
                 f"{name}: a stage still to run needs its weights, which this checkout lacks, and it was made on "
@@ -533,11 +534,11 @@ class Protocol:
                 "this one), or pass --other-cpu to try anyway"
             )
 
-    def runs_on(self, variant: str, name: str, restorable: bool) -> list[str]:
+    def runs_on(self, variant: str, name: str) -> list[str]:
         """The CPU kinds on which ``variant``'s chain grows from fine-tune ``name``: those that made it
         (:func:`made_on_kinds`), or :data:`ANY_CPU` for a float32 variant whose fine-tune rebuilds from committed
         adapters (bit for bit on any CPU; float32 kernels then differ only in summation order)."""
-        if restorable and self.precision(variant) == "32-true":
+        if self.precision(variant) == "32-true" and self.cache.restorable(name, (ADAPTERS_FILE,)):
             return [ANY_CPU]
         return made_on_kinds(self.cache.record(name))
 
@@ -786,8 +787,7 @@ def cached_state(protocol: Protocol, variants: list[str], methods: list[str]) ->
             if result := stored(protocol.stage("eval", role, variant)):
                 state["eval"][role, variant] = result
         if ("target", variant) in state["finetune"]:
-            target = protocol.stage("finetune", "target", variant)
-            state["runs_on"][variant] = protocol.runs_on(variant, target, cache.restorable(target, (ADAPTERS_FILE,)))
+            state["runs_on"][variant] = protocol.runs_on(variant, protocol.stage("finetune", "target", variant))
     for variant, method in itertools.product(variants, methods):
         settings = sweep(method, variant)
         runs = {

@@ -186,7 +186,7 @@ def test_a_legacy_amd_record_is_not_recomputed_on_an_epyc_without_its_bf16_instr
     ):
         protocol.finetune("target", "full", files=True)
     monkeypatch.setattr(protocol_module, "cpu_kind", lambda: "AMD EPYC [avx512f avx512_bf16]")
-    protocol.refuse_other_cpu(name, "full", restorable=False)  # the kind that made it: no stop
+    protocol.refuse_other_cpu(name, "full")  # the kind that made it: no stop
 
 
 def test_a_fine_tune_was_made_on_its_kind_and_on_every_kind_that_reproduced_it_by_training():
