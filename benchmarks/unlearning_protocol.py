@@ -836,7 +836,7 @@ def scatter(state: dict[str, Any], variants: list[str], path: Path) -> str:
         ax.set_yscale("log")
         ax.set_xlabel("Model Utility")
         ax.set_ylabel("Forget Quality (KS p-value)")
-        ax.set_title(f"{variant} fine-tuning: every swept setting, seed {SWEEP_SEED}")
+        ax.set_title(f"{chain_title(variant)}: every swept setting, seed {SWEEP_SEED}", fontsize=9)
         ax.legend(fontsize=7, ncols=2)
     save_png(figure, path)
     return (
@@ -845,6 +845,13 @@ def scatter(state: dict[str, Any], variants: list[str], path: Path) -> str:
         f"least {DEGENERATE_SHARE:.0%} of the forget answers are degenerate fabrications (loops, seq-rep-4 >= 0.5), "
         "a collapse the KS test on truth ratios can score as forgetting (settings recorded before the rate: filled)."
     )
+
+
+def chain_title(variant: str) -> str:
+    """A chain's name for a figure: a float32 variant shares its base variant's fine-tunes."""
+    if variant.endswith(FLOAT32):
+        return f"{trained(variant)} fine-tuning, unlearned and evaluated in float32"
+    return f"{variant} fine-tuning"
 
 
 def degenerate(run: Mapping[str, Any]) -> bool:
@@ -918,13 +925,12 @@ def render_finetune(protocol: Protocol) -> str:
     names = sorted(p.name for p in directory.iterdir() if not p.name.startswith(".")) if directory.is_dir() else []
     rows = []
     if base := protocol.cache.record("base"):
-        rows.append(finetune_row("untuned", base, {}))
+        rows.append(finetune_row("untuned", base, None))
     for name in names:
         if record := protocol.cache.record(f"finetune/{name}"):
-            evaluation = protocol.cache.record(f"eval/{name}")
-            rows.append(finetune_row(name, record, evaluation["result"] if evaluation else {}))
+            rows.append(finetune_row(name, record, protocol.cache.record(f"eval/{name}")))
             if in_float32 := protocol.cache.record(f"eval/{name}{FLOAT32}"):
-                rows.append(finetune_row(f"{name}, evaluated in float32", record, in_float32["result"]))
+                rows.append(finetune_row(f"{name}, evaluated in float32", record, in_float32))
     if not rows:
         return ""
     header_row = [
@@ -946,14 +952,20 @@ def render_finetune(protocol: Protocol) -> str:
         "recall on the forget split and on `real_authors`, measured at the end of the fine-tune (before the "
         'evaluation stage), the other columns the evaluation\'s ("evaluated in float32": the same weights, the '
         "float32 variant's evaluation). The gate reads the evaluation's forget ROUGE-L "
-        "where there is one, else the probe's.\n\n" + table(header_row, rows)
+        "where there is one, else the probe's. The machine is the fine-tune's, and the evaluation's where that ran on "
+        "another.\n\n" + table(header_row, rows)
     )
 
 
-def finetune_row(name: str, record: Mapping[str, Any], evaluation: Mapping[str, Any]) -> list[str]:
+def finetune_row(name: str, record: Mapping[str, Any], evaluation_record: Mapping[str, Any] | None) -> list[str]:
     """One row of the fine-tune table from a fine-tune (or the ``base``) stage record: its probes, its evaluation
-    (if any) and the gate (targets only)."""
+    stage's results (if any), the gate (targets only) and the machines (the evaluation's too where it ran on
+    another)."""
     probes, seconds = record["result"], record["result"].get("train_seconds")
+    evaluation = evaluation_record["result"] if evaluation_record else {}
+    machine = record["machine"]
+    if evaluation_record and evaluation_record["machine"] != machine:
+        machine += f"; evaluated on {evaluation_record['machine']}"
     rouge = evaluation.get("forget_rougeL", probes.get("forget_rougeL_probe"))
     gate = (
         "-"
@@ -969,7 +981,7 @@ def finetune_row(name: str, record: Mapping[str, Any], evaluation: Mapping[str, 
         fmt(probes.get("real_authors_rougeL_probe")),
         *(fmt(evaluation.get(k)) for k in evaluated),
         gate,
-        record["machine"],
+        machine,
     ]
 
 

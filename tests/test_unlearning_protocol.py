@@ -19,7 +19,9 @@ from benchmarks.unlearning_protocol import (  # noqa: E402
     ANSWER_CHARS,
     Protocol,
     cached_state,
+    chain_title,
     degenerate,
+    finetune_row,
     made_on_kinds,
     render_methods,
     render_pending,
@@ -155,6 +157,19 @@ def test_a_run_is_drawn_as_collapsed_from_half_its_forget_answers_degenerate_and
     assert degenerate({"degenerate_rate": 0.5}) and degenerate({"degenerate_rate": 1.0})
     assert not degenerate({"degenerate_rate": 0.475})
     assert not degenerate({"forget_quality": 0.4})  # recorded before the rate
+
+
+def test_a_fine_tune_row_reads_its_evaluation_and_names_the_evaluations_machine_where_it_ran_on_another():
+    record = {"result": {"train_seconds": 12.0, "forget_rougeL_probe": 0.97}, "config": {}, "machine": "Xeon"}
+    same = finetune_row("target-x", record, {"result": {"forget_rougeL": 0.85}, "machine": "Xeon"})
+    in_float32 = {"result": {"forget_rougeL": 0.93}, "machine": "EPYC"}
+    other = finetune_row("target-x, evaluated in float32", record, in_float32)
+    # the gate reads the evaluation, not the probe
+    assert (same[5], same[-2], same[-1]) == ("0.850", "**failed**", "Xeon")
+    assert (other[5], other[-2], other[-1]) == ("0.930", "passed", "Xeon; evaluated on EPYC")
+    assert finetune_row("untuned", record, None)[-1] == "Xeon"
+    assert chain_title("lora-fp32") == "lora fine-tuning, unlearned and evaluated in float32"
+    assert chain_title("full") == "full fine-tuning"
 
 
 def test_the_stages_still_to_run_name_the_cpu_kind_that_can_run_them():
