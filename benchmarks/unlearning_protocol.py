@@ -88,6 +88,7 @@ MAX_LENGTH = 256  # TOFU's longest answer is 94 SmolLM2 tokens: nothing is cut
 EFFECTIVE_BATCH = 32
 MICRO_BATCH = 8  # x 4 accumulated = 32; the forget/retain data modules give 8 forget + 8 retain per micro batch
 EVAL_BATCH = 16
+QUICK_MAX_NEW_TOKENS = 16  # a --quick run's random tiny model never ends an answer: 16 tokens take the same paths
 UNLEARN_CLIP = 1.0  # TOFU's (the HF Trainer's max_grad_norm) and Attention-Shifting's released gradient clipping
 FINETUNE_EPOCHS = 5  # TOFU's config/finetune.yaml
 FINETUNE_EPOCHS_LORA = 10  # TOFU's config/finetune_lora.yaml (5 LoRA epochs failed the gate here up to lr 1e-2)
@@ -278,7 +279,7 @@ class Protocol:
                 lm={"name_or_path": config["model"], "tiny": config["tiny"] or {}}, generate=False
             )
             with self.autocast(self.args.precision):
-                return answer_probes(module, source, self.splits["forget"])
+                return answer_probes(module, source, self.splits["forget"], self.args.max_new_tokens)
 
         self.progress("base", config)
         return self.cache.run("base", config, probe)
@@ -337,7 +338,7 @@ class Protocol:
             if config["lora"]:
                 save_safetensors_atomic(adapter_weights(module.model), directory / ADAPTERS_FILE)
             with self.autocast(config["precision"]):
-                probes = answer_probes(module, source, self.splits["forget"])
+                probes = answer_probes(module, source, self.splits["forget"], self.args.max_new_tokens)
             probes["weights_sha256"] = tensors_digest(module.model.state_dict())
             return {"train_seconds": seconds, "optimizer_steps": trainer.global_step, **probes}
 
@@ -364,7 +365,7 @@ class Protocol:
             "model": self.cache.record(model_stage)["config_digest"],
             "reference": self.cache.record(reference_stage)["config_digest"] if reference_stage else None,
             "version": EVAL_VERSION,
-            "max_new_tokens": TOFU_MAX_NEW_TOKENS,
+            "max_new_tokens": self.args.max_new_tokens,
             "rouge": "rouge-score rougeL recall, Porter stemming",
             "correct_rouge_recall": CORRECT_ROUGE_RECALL,
             "prompt_format": "chat",
@@ -391,7 +392,7 @@ class Protocol:
             reference=str(reference) if reference else None,
             output=str(directory / EVAL_FILE),
             batch_size=EVAL_BATCH,
-            max_new_tokens=TOFU_MAX_NEW_TOKENS,
+            max_new_tokens=self.args.max_new_tokens,
             max_samples=self.args.eval_samples,
         )
         data = QADataModule(
@@ -584,22 +585,22 @@ class Progress(L.Callback):
             print(f"[{time.strftime('%H:%M:%S')}] {self.name}: step {step}/{total}", flush=True)
 
 
-def answer_probes(module: CausalLMFineTuning, source: Path, forget_split: str) -> dict[str, float]:
+def answer_probes(module: CausalLMFineTuning, source: Path, forget_split: str, max_new_tokens: int) -> dict[str, float]:
     """The fine-tune's two probes, known before the evaluation stage: the memorisation gate (forget ROUGE-L) and
     what is left of the pretrained model's real-world knowledge (``real_authors`` ROUGE-L, the term that pins
     Model Utility when the fine-tune overwrites it)."""
     return {
-        f"{key}_rougeL_probe": rouge_probe(module, source, split)
+        f"{key}_rougeL_probe": rouge_probe(module, source, split, max_new_tokens)
         for key, split in (("forget", forget_split), ("real_authors", "real_authors_perturbed"))
     }
 
 
-def rouge_probe(module: CausalLMFineTuning, source: Path, split: str) -> float:
-    """Mean ROUGE-L recall of greedy answers (up to 200 tokens) on ``split``, as the evaluation computes it."""
+def rouge_probe(module: CausalLMFineTuning, source: Path, split: str, max_new_tokens: int) -> float:
+    """Mean ROUGE-L recall of greedy answers (up to ``max_new_tokens``) on ``split``, as the evaluation computes it."""
     records = list(load_qa_split(str(source), split))
     answers = [r["answer"] for r in records]
     samples = encode_pairs(module.tokenizer, [r["question"] for r in records], answers, "chat", MAX_LENGTH)
-    _, rouge = greedy_rouge(module.model, module.tokenizer, samples, answers, EVAL_BATCH, TOFU_MAX_NEW_TOKENS)
+    _, rouge = greedy_rouge(module.model, module.tokenizer, samples, answers, EVAL_BATCH, max_new_tokens)
     return float(rouge.mean())
 
 
@@ -910,7 +911,7 @@ and Attention-Shifting keep their released optimisers), lr swept over {list(LRS)
 {list(SIMNPO_GAMMAS)}; LUNAR and Attention-Shifting around their released lr) on seed {SWEEP_SEED}; the chosen
 setting (Model Utility >= {MATCHED_UTILITY} x the target's, then the highest Forget Quality on seed {SWEEP_SEED}, ties
 to the higher Model Utility) is rerun on seeds {", ".join(map(str, TEST_SEEDS))}, which report the mean ± std.
-Evaluation: `UnlearningEvaluation`, greedy answers of up to {TOFU_MAX_NEW_TOKENS} new tokens, ROUGE-L recall with
+Evaluation: `UnlearningEvaluation`, greedy answers of up to {args.max_new_tokens} new tokens, ROUGE-L recall with
 Porter stemming (`rouge-score`), Forget Quality = KS-test p-value of the forget truth ratios against the retain
 model's (sample sizes next to it); refusal = an answer matching TOFU's refusal phrasings; non-answer = a wholly
 contentless answer ("Nobody knows.", empty); fabrication = none of these and not correct (ROUGE-L recall < 0.5): a
@@ -1179,12 +1180,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def finish_arguments(args: argparse.Namespace) -> None:
-    """``--quick``: a tiny model from config, 1 epoch, 8 records per split, its own work directory."""
-    args.tiny = None
+    """``--quick``: a tiny model from config, 1 epoch, 8 records per split, answers of up to 16 new tokens, its own
+    work directory."""
+    args.tiny, args.max_new_tokens = None, TOFU_MAX_NEW_TOKENS
     if args.quick:
         args.tiny = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "max_positions": 512}
         args.model, args.finetune_epochs, args.finetune_epochs_lora, args.unlearn_epochs = "tiny-llama", 1, 1, 1
-        args.eval_samples = args.eval_samples or 8
+        args.eval_samples, args.max_new_tokens = args.eval_samples or 8, QUICK_MAX_NEW_TOKENS
     default = REPO_ROOT / "runs" / "benchmarks" / "unlearning"
     if args.workdir == default:
         args.workdir = default / (args.protocol + ("-quick" if args.quick else ""))
