@@ -146,7 +146,8 @@ REPORT = Report(
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = REPORT.parser(__doc__.splitlines()[0], "a smoke run on a tiny model (1 epoch, 8 records per split)")
+    quick = "a smoke run on a tiny model (1 epoch, 8 records per split, answers of up to 16 new tokens)"
+    parser = REPORT.parser(__doc__.splitlines()[0], quick)
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / "runs" / "benchmarks" / "unlearning")
     add_arguments(parser)
