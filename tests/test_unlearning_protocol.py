@@ -371,6 +371,29 @@ def test_a_new_checkout_rebuilds_a_lora_fine_tune_from_its_committed_adapters_wi
     assert torch.equal(*logits)
 
 
+def test_the_committed_records_are_current_for_the_code_that_would_resume_them():
+    """Every chain with committed unlearning records: its fine-tunes' and its target evaluation's configurations
+    still give the recorded digests, and each run names that fine-tune and that evaluation. A change that moved a real
+    run's configuration (a --quick option leaking into it, say) would silently recompute hours of CPU stages."""
+    protocol = Protocol(parse_args(["--sections", "protocol"]))
+    chains = sorted(path.name for path in (protocol.args.records / "unlearn").iterdir())
+    assert {"full", "lora", "lora-fp32"} <= set(chains)
+    for variant in chains:
+        for role in ("target", "retain"):
+            recorded = protocol.cache.record(protocol.stage("finetune", role, variant))["config_digest"]
+            assert recorded == config_digest(protocol.finetune_config(role, variant)), (variant, role)
+        target, reference = protocol.stage("finetune", "target", variant), protocol.stage("eval", "retain", variant)
+        precision = "32-true" if variant.endswith(protocol_module.FLOAT32) else protocol.args.precision
+        evaluation = config_digest(protocol.evaluate_config(target, reference, precision))
+        assert protocol.cache.record(protocol.stage("eval", "target", variant))["config_digest"] == evaluation
+        runs = list((protocol.args.records / "unlearn" / variant).glob("*/*/seed*/stage.json"))
+        assert runs, variant
+        for run_record in runs:
+            config = json.loads(run_record.read_text())["config"]
+            assert config["evaluation"] == evaluation, run_record
+            assert config["target"] == protocol.cache.record(target)["config_digest"], run_record
+
+
 def test_a_float32_variant_shares_its_base_models_and_reference_and_evaluates_its_target_itself(tmp_path: Path):
     places = ["--workdir", str(tmp_path / "w"), "--records", str(tmp_path / "r")]
     protocol = Protocol(parse_args(["--sections", "protocol", "--variants", "lora-fp32", *places]))
