@@ -383,8 +383,7 @@ def test_the_committed_records_are_current_for_the_code_that_would_resume_them()
             recorded = protocol.cache.record(protocol.stage("finetune", role, variant))["config_digest"]
             assert recorded == config_digest(protocol.finetune_config(role, variant)), (variant, role)
         target, reference = protocol.stage("finetune", "target", variant), protocol.stage("eval", "retain", variant)
-        precision = "32-true" if variant.endswith(protocol_module.FLOAT32) else protocol.args.precision
-        evaluation = config_digest(protocol.evaluate_config(target, reference, precision))
+        evaluation = config_digest(protocol.evaluate_config(target, reference, protocol.precision(variant)))
         assert protocol.cache.record(protocol.stage("eval", "target", variant))["config_digest"] == evaluation
         runs = list((protocol.args.records / "unlearn" / variant).glob("*/*/seed*/stage.json"))
         assert runs, variant
