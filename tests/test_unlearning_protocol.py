@@ -385,12 +385,13 @@ def test_the_committed_records_are_current_for_the_code_that_would_resume_them()
         target, reference = protocol.stage("finetune", "target", variant), protocol.stage("eval", "retain", variant)
         evaluation = config_digest(protocol.evaluate_config(target, reference, protocol.precision(variant)))
         assert protocol.cache.record(protocol.stage("eval", "target", variant))["config_digest"] == evaluation
+        target_digest = protocol.cache.record(target)["config_digest"]
         runs = list((protocol.args.records / "unlearn" / variant).glob("*/*/seed*/stage.json"))
         assert runs, variant
         for run_record in runs:
             config = json.loads(run_record.read_text())["config"]
             assert config["evaluation"] == evaluation, run_record
-            assert config["target"] == protocol.cache.record(target)["config_digest"], run_record
+            assert config["target"] == target_digest, run_record
 
 
 def test_a_float32_variant_shares_its_base_models_and_reference_and_evaluates_its_target_itself(tmp_path: Path):
