@@ -429,16 +429,24 @@ class Protocol:
         return self.cache.run(name, config, run, keep=(EVAL_FILE,))
 
     # LUNAR's layer: the paper's search, once per target (every LUNAR run then redirects that block)
+    def lunar_layer_config(self, variant: str) -> dict[str, Any]:
+        target_record = self.cache.record(self.stage("finetune", "target", variant))
+        return {"target": target_record["config_digest"], "search_samples": 16, "precision": self.precision(variant)}
+
     def lunar_layer(self, variant: str) -> int:
         name = f"lunar-layer/{variant}"
         target = self.cache.path(self.stage("finetune", "target", variant)) / "model.ckpt"
-        target_record = self.cache.record(self.stage("finetune", "target", variant))
-        config = {"target": target_record["config_digest"], "search_samples": 16, "precision": self.precision(variant)}
+        config = self.lunar_layer_config(variant)
         source = self.data()
         self.weights_for(name, config, "target", variant)
 
         def search(directory: Path) -> dict:
-            module = LUNAR(lm={"name_or_path": str(target)}, layer="search", search_samples=16, generate=False)
+            module = LUNAR(
+                lm={"name_or_path": str(target)},
+                layer="search",
+                search_samples=config["search_samples"],
+                generate=False,
+            )
             searcher = bare_trainer(
                 root=directory, accelerator=self.args.accelerator, max_steps=0, precision=config["precision"]
             )

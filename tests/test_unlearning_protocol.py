@@ -393,9 +393,9 @@ def test_the_committed_records_are_current_for_the_code_that_would_resume_them()
             assert config["evaluation"] == evaluation, run_record
             assert config["target"] == target_digest, run_record
         layer_search = protocol.args.records / "lunar-layer" / variant / "stage.json"
-        if layer_search.is_file():  # LUNAR's layer, searched once per target: it must name this chain's target
-            config = json.loads(layer_search.read_text())["config"]
-            assert (config["target"], config["precision"]) == (target_digest, protocol.precision(variant)), layer_search
+        if layer_search.is_file():  # LUNAR's layer, searched once per target: the search this chain would run
+            recorded = json.loads(layer_search.read_text())["config_digest"]
+            assert recorded == config_digest(protocol.lunar_layer_config(variant)), layer_search
 
 
 def test_a_float32_variant_shares_its_base_models_and_reference_and_evaluates_its_target_itself(tmp_path: Path):
