@@ -702,14 +702,24 @@ def matches_utility(run: Mapping[str, Any], target_utility: float) -> bool:
     return run["model_utility"] >= MATCHED_UTILITY * target_utility
 
 
+def scientific(value: float, digits: int = 3) -> bool:
+    """Whether ``value`` is too small for ``digits`` decimals (a Forget Quality p-value can be 1e-5)."""
+    return 0 < abs(value) < 10**-digits
+
+
 def fmt(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "-"
-    return f"{value:.2e}" if 0 < abs(value) < 10**-digits else f"{value:.{digits}f}"
+    return f"{value:.2e}" if scientific(value, digits) else f"{value:.{digits}f}"
 
 
 def mean_std_of(runs: list[dict], key: str, number: Callable[[float], str] = fmt) -> str:
-    return mean_std([r[key] for r in runs if r.get(key) is not None], number=number)
+    """``mean ± std`` of ``key`` over ``runs``; :func:`fmt` writes the std on the mean's scale (0.298 ± 0.000, not
+    0.298 ± 1.81e-06)."""
+    values = [r[key] for r in runs if r.get(key) is not None]
+    if number is fmt and values and not scientific(statistics.fmean(values)):
+        number = "{:.3f}".format
+    return mean_std(values, number=number)
 
 
 COLUMNS = {

@@ -23,6 +23,7 @@ from benchmarks.unlearning_protocol import (  # noqa: E402
     degenerate,
     finetune_row,
     made_on_kinds,
+    mean_std_of,
     render_methods,
     render_pending,
     run_order,
@@ -190,6 +191,15 @@ def test_the_stages_still_to_run_name_the_cpu_kind_that_can_run_them():
     )
     done = {**state, "seeds": {("lora", "NPO"): [{}] * 3}, "sweep": {**state["sweep"], ("lora", "KL"): {"a": {}}}}
     assert render_pending(done, ["lora"], ["NPO"]) == ""
+
+
+def test_a_seed_std_is_written_on_its_means_scale():
+    """Three seeds that agree to 1e-6 print a zero std beside a fixed-point mean; a p-value mean stays scientific."""
+    utility = [{"model_utility": 0.298}, {"model_utility": 0.298 + 3e-6}, {"model_utility": 0.298}]
+    assert mean_std_of(utility, "model_utility") == "0.298 ± 0.000"
+    quality = [{"forget_quality": 1e-5}, {"forget_quality": 3e-5}, {"forget_quality": None}]
+    assert mean_std_of(quality, "forget_quality") == "2.00e-05 ± 1.41e-05"
+    assert mean_std_of(utility, "model_utility", number="{:.1f}".format) == "0.3 ± 0.0"
 
 
 def test_a_legacy_amd_record_is_not_recomputed_on_an_epyc_without_its_bf16_instructions(tmp_path: Path, monkeypatch):
