@@ -27,6 +27,9 @@ retain-model evaluation: on rebuilt adapters it grows on any kind of CPU, one wi
    seed 0, then the setting chosen at matched utility (Model Utility >= 0.95 x the target's, highest
    Forget Quality on seed 0) on the test seeds 1, 2, 3.
 
+A fine-tune's or unlearning run's record also holds ``train_loss``, the loss of each optimiser step (records made
+before it was added lack it).
+
 ``--phase`` stops after a phase (``gate``: the untuned model's probes and the target's fine-tune only, while
 choosing the fine-tuning lr; ``finetune``, ``evaluate``, ``sweep``, ``seeds``); the section renders whatever is
 cached and lists what is still to run.
@@ -340,7 +343,12 @@ class Protocol:
             with self.autocast(config["precision"]):
                 probes = answer_probes(module, source, self.splits["forget"], self.args.max_new_tokens)
             probes["weights_sha256"] = tensors_digest(module.model.state_dict())
-            return {"train_seconds": seconds, "optimizer_steps": trainer.global_step, **probes}
+            return {
+                "train_seconds": seconds,
+                "optimizer_steps": trainer.global_step,
+                "train_loss": step_losses(trainer),
+                **probes,
+            }
 
         def restore(directory: Path, kept: Path) -> dict:
             """The checkpoint again from the committed adapters and the pretrained weights, in seconds."""
@@ -516,7 +524,8 @@ class Protocol:
             trainer.fit(module, data)
             fit_seconds = time.perf_counter() - began
             merge_adapters(module)
-            return {**self.evaluation(module, directory, reference, config["precision"]), "fit_seconds": fit_seconds}
+            evaluation = self.evaluation(module, directory, reference, config["precision"])
+            return {**evaluation, "fit_seconds": fit_seconds, "train_loss": step_losses(trainer)}
 
         self.progress(name, config)
         return self.cache.run(name, config, run, keep=(EVAL_FILE,))
@@ -580,17 +589,33 @@ def made_on_kinds(record: Mapping[str, Any]) -> list[str]:
 
 
 class Progress(L.Callback):
-    """One line every ``every`` optimiser steps: long CPU stages show that they advance."""
+    """One line every ``every`` optimiser steps (long CPU stages show that they advance), and ``losses``: the
+    training loss of every optimiser step, the mean over its micro-batches, which a stage records so that a run
+    whose loss moves but whose answers do not can be told from one whose loss never moved."""
 
     def __init__(self, name: str, every: int = 5) -> None:
         self.name, self.every, self.last = name, every, -1
+        self.losses: list[float] = []
+        self.window: list[float] = []
 
-    def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, *_: Any) -> None:
+        # Lightning hands over training_step's loss divided by accumulate_grad_batches (also in an epoch's last,
+        # shorter window), so the window's mean is taken over the micro-batches it really had
+        self.window.append(float(outputs["loss"]) * trainer.accumulate_grad_batches)
         step = trainer.global_step
+        if step > len(self.losses):  # this micro-batch ended an optimiser step
+            self.losses.append(round(statistics.fmean(self.window), 6))
+            self.window = []
         if step % self.every == 0 and step != self.last:
             self.last = step
             total = trainer.estimated_stepping_batches
             print(f"[{time.strftime('%H:%M:%S')}] {self.name}: step {step}/{total}", flush=True)
+
+
+def step_losses(trainer: L.Trainer) -> list[float]:
+    """The loss of every optimiser step of ``trainer``'s fit (its :class:`Progress` callback's trace)."""
+    (progress,) = (callback for callback in trainer.callbacks if isinstance(callback, Progress))
+    return progress.losses
 
 
 def answer_probes(module: CausalLMFineTuning, source: Path, forget_split: str, max_new_tokens: int) -> dict[str, float]:

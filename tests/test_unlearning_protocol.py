@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this repository's benchmarks package, not the one opacus installs
 from benchmarks import unlearning_protocol as protocol_module  # noqa: E402
+from benchmarks.common import bare_trainer  # noqa: E402
 from benchmarks.unlearning import parse_args  # noqa: E402
 from benchmarks.unlearning_protocol import (  # noqa: E402
     ANSWER_CHARS,
+    Progress,
     Protocol,
     cached_state,
     chain_title,
@@ -30,6 +34,7 @@ from benchmarks.unlearning_protocol import (  # noqa: E402
     run_protocol,
     select,
     setting_name,
+    step_losses,
     sweep,
 )
 from trustlit import CausalLMFineTuning  # noqa: E402
@@ -193,6 +198,26 @@ def test_the_stages_still_to_run_name_the_cpu_kind_that_can_run_them():
     assert render_pending(done, ["lora"], ["NPO"]) == ""
 
 
+def test_a_stage_records_each_optimiser_steps_mean_micro_batch_loss(tmp_path: Path):
+    """Five micro-batches at accumulation 2 make three optimiser steps, the epoch's last one of one micro-batch."""
+
+    class FixedLoss(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(()))
+
+        def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+            return batch.sum() + 0 * self.weight  # the batch's value is its loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    losses = torch.tensor([[1.0], [3.0], [5.0], [7.0], [11.0]])
+    trainer = bare_trainer([Progress("fixed", every=1)], root=tmp_path, max_epochs=1, accumulate_grad_batches=2)
+    trainer.fit(FixedLoss(), torch.utils.data.DataLoader(losses, batch_size=1))
+    assert step_losses(trainer) == [2.0, 6.0, 11.0]
+
+
 def test_a_seed_std_is_written_on_its_means_scale():
     """Three seeds that agree to 1e-6 print a zero std beside a fixed-point mean; a p-value mean stays scientific."""
     utility = [{"model_utility": 0.298}, {"model_utility": 0.298 + 3e-6}, {"model_utility": 0.298}]
@@ -314,7 +339,13 @@ def test_every_method_runs_on_a_quick_lora_target_and_the_report_renders(tmp_pat
     assert all(len(state["sweep"]["lora", method]) == 1 for method in methods)
     for method in methods:
         assert f"| {method} (lora) | {setting_name(sweep(method, 'lora')[0])} |" in report
-    assert Protocol(args).cache.record("unlearn/lora/RMU/lr1e-05/seed0")["config"]["layer"] == 1
+    records = Protocol(args).cache
+    assert records.record("unlearn/lora/RMU/lr1e-05/seed0")["config"]["layer"] == 1
+    finetuned = records.record(Protocol(args).stage("finetune", "target", "lora"))["result"]
+    assert len(finetuned["train_loss"]) == finetuned["optimizer_steps"] > 0  # one loss per optimiser step
+    for method in methods:  # every run records its loss trace, so a null result can be read from its record
+        result = records.record(f"unlearn/lora/{method}/{setting_name(sweep(method, 'lora')[0])}/seed0")["result"]
+        assert result["train_loss"] and all(map(math.isfinite, result["train_loss"])), method
     assert (tmp_path / "unlearning_tofu20_fq_mu.png").is_file()
     # a render for another variant and one method still shows every method's LoRA rows: the doc is rewritten whole
     only_full = quick_args(tmp_path, "--render-only", "--variants", "full", "--methods", "NPO")
