@@ -597,13 +597,17 @@ class Progress(L.Callback):
         self.name, self.every, self.last = name, every, -1
         self.losses: list[float] = []
         self.window: list[float] = []
+        self.step_before_batch = 0
+
+    def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
+        self.step_before_batch = trainer.global_step
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, *_: Any) -> None:
         # Lightning hands over training_step's loss divided by accumulate_grad_batches (also in an epoch's last,
         # shorter window), so the window's mean is taken over the micro-batches it really had
         self.window.append(float(outputs["loss"]) * trainer.accumulate_grad_batches)
         step = trainer.global_step
-        if step > len(self.losses):  # this micro-batch ended an optimiser step
+        if step > self.step_before_batch:  # this micro-batch ended an optimiser step (also in a resumed fit)
             self.losses.append(round(statistics.fmean(self.window), 6))
             self.window = []
         if step % self.every == 0 and step != self.last:

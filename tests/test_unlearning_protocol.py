@@ -199,7 +199,8 @@ def test_the_stages_still_to_run_name_the_cpu_kind_that_can_run_them():
 
 
 def test_a_stage_records_each_optimiser_steps_mean_micro_batch_loss(tmp_path: Path):
-    """Five micro-batches at accumulation 2 make three optimiser steps, the epoch's last one of one micro-batch."""
+    """Five micro-batches at accumulation 2 make three optimiser steps, the epoch's last one of one micro-batch;
+    a fit resumed from a checkpoint (global step 3 at its start) traces its own steps the same way."""
 
     class FixedLoss(L.LightningModule):
         def __init__(self) -> None:
@@ -212,10 +213,14 @@ def test_a_stage_records_each_optimiser_steps_mean_micro_batch_loss(tmp_path: Pa
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    losses = torch.tensor([[1.0], [3.0], [5.0], [7.0], [11.0]])
+    batches = torch.utils.data.DataLoader(torch.tensor([[1.0], [3.0], [5.0], [7.0], [11.0]]), batch_size=1)
     trainer = bare_trainer([Progress("fixed", every=1)], root=tmp_path, max_epochs=1, accumulate_grad_batches=2)
-    trainer.fit(FixedLoss(), torch.utils.data.DataLoader(losses, batch_size=1))
+    trainer.fit(FixedLoss(), batches)
     assert step_losses(trainer) == [2.0, 6.0, 11.0]
+    trainer.save_checkpoint(tmp_path / "epoch1.ckpt")
+    resumed = bare_trainer([Progress("fixed", every=1)], root=tmp_path, max_epochs=2, accumulate_grad_batches=2)
+    resumed.fit(FixedLoss(), batches, ckpt_path=tmp_path / "epoch1.ckpt")
+    assert step_losses(resumed) == [2.0, 6.0, 11.0]
 
 
 def test_a_seed_std_is_written_on_its_means_scale():
