@@ -340,13 +340,14 @@ def test_every_method_runs_on_a_quick_lora_target_and_the_report_renders(tmp_pat
     every = ["--methods", ",".join(methods)]
     args = quick_args(tmp_path, "--ignore-gate", "--phase", "sweep", "--variants", "lora", *every)
     report = protocol_module.protocol_section(args)
-    state = cached_state(Protocol(args), ["lora"], methods)
+    protocol = Protocol(args)
+    state = cached_state(protocol, ["lora"], methods)
     assert all(len(state["sweep"]["lora", method]) == 1 for method in methods)
     for method in methods:
         assert f"| {method} (lora) | {setting_name(sweep(method, 'lora')[0])} |" in report
-    records = Protocol(args).cache
+    records = protocol.cache
     assert records.record("unlearn/lora/RMU/lr1e-05/seed0")["config"]["layer"] == 1
-    finetuned = records.record(Protocol(args).stage("finetune", "target", "lora"))["result"]
+    finetuned = records.record(protocol.stage("finetune", "target", "lora"))["result"]
     assert len(finetuned["train_loss"]) == finetuned["optimizer_steps"] > 0  # one loss per optimiser step
     for method in methods:  # every run records its loss trace, so a null result can be read from its record
         result = records.record(f"unlearn/lora/{method}/{setting_name(sweep(method, 'lora')[0])}/seed0")["result"]
